@@ -1,0 +1,1 @@
+"""spark-submit entry points: argument parsing, SparkSession and I/O only; the work is in recshard_stats."""

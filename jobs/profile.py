@@ -1,0 +1,97 @@
+"""Profile training logs into per-feature statistics (Parquet) under <out>/ds=<date>/.
+
+    spark-submit jobs/profile.py --model conf/criteo_kaggle.yaml \
+        --input /logs/criteo/day_0 --out /stats/criteo --ds 2026-12-01
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import logging
+import sys
+
+from jobs.common import run_main, setup_logging, spark_session
+
+log = logging.getLogger("recshard.profile")
+
+EXAMPLES = """examples:
+  recshard profile --model conf/criteo_kaggle.yaml --input day_0.tsv --out stats --ds 2026-12-01
+  recshard profile --model conf/synthetic.yaml --input logs/ --out stats --row-counts --sample-fraction 0.1
+  spark-submit --master yarn --py-files dist/recshard_stats.zip jobs/profile.py --model ... --input ... --out ...
+"""
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(prog="profile", description=__doc__.split("\n")[0], epilog=EXAMPLES,
+                                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="model config (YAML/TOML): features, tables, input format")
+    parser.add_argument("--input", required=True, nargs="+", help="log files or directories (Parquet or Criteo TSV)")
+    parser.add_argument("--out", required=True, help="stats root; the partition is <out>/ds=<date>")
+    parser.add_argument("--ds", default=datetime.date.today().isoformat(), help="partition date (default: today)")
+    parser.add_argument("--sample-fraction", type=float, default=1.0,
+                        help="profile this fraction of samples (Bernoulli, recorded in metadata)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the sampling")
+    parser.add_argument("--cdf-points", type=int, default=128, help="access-CDF breakpoints per feature/table")
+    parser.add_argument("--row-counts", action="store_true", help="also write per-row access counts (for remap)")
+    parser.add_argument("--max-reject-fraction", type=float, default=0.01,
+                        help="fail when more than this fraction of rows (or of one column's values) is rejected")
+    parser.add_argument("--master", default=None, help="Spark master (default: spark-submit's, else local[*])")
+    parser.add_argument("--driver-memory", default=None, help="driver memory in local mode, e.g. 4g")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    return parser
+
+
+def run(args: argparse.Namespace) -> str:
+    import pyspark
+
+    from recshard_stats.config import load_model_config
+    from recshard_stats.errors import Reason, RecShardError
+    from recshard_stats.output import HadoopFS, publish_profile
+    from recshard_stats.profile import profile
+    from recshard_stats.readers import normalize_criteo_tsv, normalize_parquet
+
+    model = load_model_config(args.model)
+    if not 0 < args.sample_fraction <= 1:
+        raise RecShardError(Reason.CONFIG_INVALID, f"--sample-fraction must be in (0, 1], got {args.sample_fraction}")
+    if args.cdf_points < 2:
+        raise RecShardError(Reason.CONFIG_INVALID, f"--cdf-points must be at least 2, got {args.cdf_points}")
+    spark = spark_session("recshard-profile", args.master, args.driver_memory)
+    fs = HadoopFS(spark, args.input[0])
+    missing = [p for p in args.input if not fs.exists(p)]
+    if missing:
+        raise RecShardError(Reason.INPUT_MISSING, f"input path(s) not found: {missing}",
+                            fixes=("check --input and that the day's logs have landed",))
+    if model.input_format == "criteo_tsv":
+        frame = normalize_criteo_tsv(_sample(spark.read.text(args.input), args), model)
+    else:
+        frame = normalize_parquet(_sample(spark.read.parquet(*args.input), args), model, source=", ".join(args.input))
+    result = profile(spark, frame, model, cdf_points=args.cdf_points, with_row_counts=args.row_counts,
+                     max_reject_fraction=args.max_reject_fraction)
+    metadata = {
+        "ds": args.ds, "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "input_paths": list(args.input), "input_format": model.input_format,
+        "sample_fraction": args.sample_fraction, "sample_seed": args.seed,
+        "input_rows": result.input_rows, "rejected_rows": result.rejected_rows,
+        "num_samples": result.tables["tables"][0]["num_samples"],
+        "hash_functions": {t.name: t.hash for t in model.tables}, "hash_seed": 42,
+        "cdf_points": args.cdf_points, "row_counts": args.row_counts,
+        "spark_version": pyspark.__version__, "model": model.to_dict(), "model_digest": model.digest(),
+    }
+    target = publish_profile(spark, result, args.out, args.ds, metadata)
+    log.info("profiled %d samples (%d rows rejected) -> %s", metadata["num_samples"], result.rejected_rows, target)
+    return target
+
+
+def _sample(df, args):
+    return df if args.sample_fraction >= 1 else df.sample(fraction=args.sample_fraction, seed=args.seed)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging(args.verbose)
+    return run_main(lambda: print(run(args)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

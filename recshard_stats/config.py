@@ -1,0 +1,242 @@
+"""Model and hardware configs: YAML/TOML files loaded into validated dataclasses.
+
+Model config::
+
+    name: criteo_kaggle
+    input: {format: criteo_tsv}        # or parquet
+    features:
+      - {name: C1, type: hex}          # int64 | string | hex | array<int64>
+    tables:
+      - {name: t_C1, features: [C1], hash_size: 100000, dim: 64, hash: mod}
+
+Every problem is reported with the file, the entry and what would be valid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import pathlib
+import tomllib
+from typing import Any
+
+import yaml
+
+from recshard_stats.errors import GIB, Reason, RecShardError
+
+FEATURE_TYPES = ("int64", "string", "hex", "array<int64>")
+HASH_FUNCTIONS = ("mod", "xxhash64")
+INPUT_FORMATS = ("parquet", "criteo_tsv")
+CRITEO_DENSE = tuple(f"I{i}" for i in range(1, 14))
+CRITEO_SPARSE = tuple(f"C{i}" for i in range(1, 27))
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureConfig:
+    name: str
+    type: str
+
+
+@dataclasses.dataclass(frozen=True)
+class TableConfig:
+    name: str
+    features: tuple[str, ...]
+    hash_size: int
+    dim: int
+    hash: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    name: str
+    input_format: str
+    features: tuple[FeatureConfig, ...]
+    tables: tuple[TableConfig, ...]
+
+    def table_of(self, feature: str) -> TableConfig:
+        for table in self.tables:
+            if feature in table.features:
+                return table
+        raise KeyError(feature)
+
+    def table(self, name: str) -> TableConfig:
+        for table in self.tables:
+            if table.name == name:
+                return table
+        raise RecShardError(Reason.CONFIG_INVALID, f"unknown table {name!r}",
+                            fixes=(f"use one of {[t.name for t in self.tables]}",))
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "input": {"format": self.input_format},
+            "features": [dataclasses.asdict(f) for f in self.features],
+            "tables": [{**dataclasses.asdict(t), "features": list(t.features)} for t in self.tables],
+        }
+
+    def digest(self) -> str:
+        return digest_of(self.to_dict())
+
+
+@dataclasses.dataclass(frozen=True)
+class HardwareConfig:
+    num_gpus: int
+    hbm_bytes_per_gpu: int
+    hbm_reserved_fraction: float
+    host_bytes: int
+    hbm_bandwidth: float  # bytes/s
+    uvm_bandwidth: float  # bytes/s
+    batch_size: int
+    bytes_per_element: int
+    optimizer_state_multiplier: float
+
+    @property
+    def usable_hbm_bytes(self) -> int:
+        return int(self.hbm_bytes_per_gpu * (1.0 - self.hbm_reserved_fraction))
+
+    def row_bytes(self, dim: int) -> float:
+        return dim * self.bytes_per_element * self.optimizer_state_multiplier
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def digest(self) -> str:
+        return digest_of(self.to_dict())
+
+
+def digest_of(obj: Any) -> str:
+    return "sha256:" + hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+
+
+def read_config_file(path: str | pathlib.Path) -> dict:
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise RecShardError(Reason.CONFIG_INVALID, f"config file {path} does not exist")
+    text = path.read_text()
+    try:
+        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+    except (yaml.YAMLError, tomllib.TOMLDecodeError) as exc:
+        raise RecShardError(Reason.CONFIG_INVALID, f"{path} is not valid YAML/TOML: {exc}") from None
+    if not isinstance(data, dict):
+        raise RecShardError(Reason.CONFIG_INVALID, f"{path}: top level must be a mapping")
+    return data
+
+
+def _fail(where: str, message: str, *fixes: str) -> RecShardError:
+    return RecShardError(Reason.CONFIG_INVALID, f"{where}: {message}", fixes=fixes)
+
+
+def _positive_int(where: str, entry: dict, key: str) -> int:
+    value = entry.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise _fail(where, f"{key} must be a positive integer, got {value!r}")
+    return value
+
+
+def _positive_number(where: str, entry: dict, key: str, default: float | None = None) -> float:
+    value = entry.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise _fail(where, f"{key} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def parse_model_config(data: dict, source: str = "model config") -> ModelConfig:
+    fmt = (data.get("input") or {}).get("format", "parquet")
+    if fmt not in INPUT_FORMATS:
+        raise _fail(source, f"input.format {fmt!r} is not supported", f"use one of {INPUT_FORMATS}")
+    raw_features = data.get("features")
+    if not isinstance(raw_features, list) or not raw_features:
+        raise _fail(source, "'features' must be a non-empty list of {name, type}")
+    features = []
+    for i, entry in enumerate(raw_features):
+        where = f"{source}: features[{i}]"
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"]:
+            raise _fail(where, "each feature needs a string 'name'")
+        if entry.get("type") not in FEATURE_TYPES:
+            raise _fail(where, f"feature {entry['name']!r} has type {entry.get('type')!r}",
+                        f"use one of {FEATURE_TYPES}")
+        features.append(FeatureConfig(entry["name"], entry["type"]))
+    names = [f.name for f in features]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise _fail(source, f"features listed twice: {dupes}")
+    if fmt == "criteo_tsv":
+        not_criteo = [f.name for f in features if f.name not in CRITEO_SPARSE]
+        if not_criteo:
+            raise _fail(source, f"criteo_tsv input has sparse columns C1..C26 only, not {not_criteo}")
+
+    raw_tables = data.get("tables")
+    if not isinstance(raw_tables, list) or not raw_tables:
+        raise _fail(source, "'tables' must be a non-empty list")
+    tables, owner = [], {}
+    ftype = {f.name: f.type for f in features}
+    for i, entry in enumerate(raw_tables):
+        where = f"{source}: tables[{i}]"
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise _fail(where, "each table needs a string 'name'")
+        where = f"{source}: table {entry['name']!r}"
+        feats = entry.get("features", entry.get("feature"))
+        feats = [feats] if isinstance(feats, str) else feats
+        if not isinstance(feats, list) or not feats:
+            raise _fail(where, "needs 'features' (a feature name or a list of them)")
+        for feat in feats:
+            if feat not in ftype:
+                raise _fail(where, f"unknown feature {feat!r}", f"declare it under 'features' ({names[:5]}...)")
+            if feat in owner:
+                raise _fail(where, f"feature {feat!r} already feeds table {owner[feat]!r}")
+            owner[feat] = entry["name"]
+        hash_fn = entry.get("hash", "mod")
+        if hash_fn not in HASH_FUNCTIONS:
+            raise _fail(where, f"hash {hash_fn!r} is not supported", f"use one of {HASH_FUNCTIONS}")
+        strings = [f for f in feats if ftype[f] == "string"]
+        if strings and hash_fn != "xxhash64":
+            raise _fail(where, f"string features {strings} need hash: xxhash64")
+        tables.append(TableConfig(entry["name"], tuple(feats), _positive_int(where, entry, "hash_size"),
+                                  _positive_int(where, entry, "dim"), hash_fn))
+    tnames = [t.name for t in tables]
+    if len(set(tnames)) != len(tnames):
+        raise _fail(source, f"table names must be unique: {sorted({n for n in tnames if tnames.count(n) > 1})}")
+    orphans = [n for n in names if n not in owner]
+    if orphans:
+        raise _fail(source, f"features {orphans} feed no table", "add them to a table or remove them")
+    return ModelConfig(str(data.get("name", "model")), fmt, tuple(features), tuple(tables))
+
+
+def load_model_config(path: str | pathlib.Path) -> ModelConfig:
+    return parse_model_config(read_config_file(path), source=str(path))
+
+
+
+
+def parse_hardware_config(data: dict, source: str = "hardware config") -> HardwareConfig:
+    """Sizes in GiB (``*_gib``) or bytes; bandwidths in GB/s (``*_gbps``, 1e9 bytes/s)."""
+    def size(key: str) -> int:
+        if f"{key}_gib" in data:
+            return int(_positive_number(source, data, f"{key}_gib") * GIB)
+        return _positive_int(source, data, f"{key}_bytes")
+
+    reserved = data.get("hbm_reserved_fraction", 0.1)
+    if isinstance(reserved, bool) or not isinstance(reserved, (int, float)) or not 0 <= reserved < 1:
+        raise _fail(source, f"hbm_reserved_fraction must be in [0, 1), got {reserved!r}",
+                    "the reserve is the share of HBM kept for activations; HBM must be larger than it")
+    hbm_bw = _positive_number(source, data, "hbm_bandwidth_gbps", 897.0) * 1e9
+    uvm_bw = _positive_number(source, data, "uvm_bandwidth_gbps", 32.0) * 1e9
+    if uvm_bw >= hbm_bw:
+        raise _fail(source, f"uvm_bandwidth_gbps ({uvm_bw / 1e9:g}) must be below hbm_bandwidth_gbps ({hbm_bw / 1e9:g})")
+    return HardwareConfig(
+        num_gpus=_positive_int(source, data, "num_gpus"),
+        hbm_bytes_per_gpu=size("hbm_per_gpu"),
+        hbm_reserved_fraction=float(reserved),
+        host_bytes=size("host"),
+        hbm_bandwidth=hbm_bw,
+        uvm_bandwidth=uvm_bw,
+        batch_size=_positive_int(source, {"batch_size": data.get("batch_size", 65536)}, "batch_size"),
+        bytes_per_element=_positive_int(source, {"bytes_per_element": data.get("bytes_per_element", 4)},
+                                        "bytes_per_element"),
+        optimizer_state_multiplier=_positive_number(source, data, "optimizer_state_multiplier", 1.0),
+    )
+
+
+def load_hardware_config(path: str | pathlib.Path) -> HardwareConfig:
+    return parse_hardware_config(read_config_file(path), source=str(path))

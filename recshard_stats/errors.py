@@ -1,0 +1,50 @@
+"""The project's one error type: a reason, a message with the numbers, and possible fixes."""
+
+from __future__ import annotations
+
+import enum
+
+
+class Reason(enum.Enum):
+    CONFIG_INVALID = "config_invalid"
+    INPUT_MISSING = "input_missing"
+    INPUT_CORRUPT = "input_corrupt"
+    SCHEMA_MISMATCH = "schema_mismatch"
+    TOO_MANY_REJECTS = "too_many_rejects"
+    STATS_INVALID = "stats_invalid"
+    INFEASIBLE_HBM = "infeasible_hbm"
+    INFEASIBLE_HOST = "infeasible_host"
+    SOLVER_UNAVAILABLE = "solver_unavailable"
+    SOLVER_FAILED = "solver_failed"
+    NO_INCUMBENT = "no_incumbent"
+    MANIFEST_INVALID = "manifest_invalid"
+    MANIFEST_MISMATCH = "manifest_mismatch"
+
+
+class RecShardError(Exception):
+    """Raised for every expected failure; the CLI prints it as one line plus context."""
+
+    def __init__(self, reason: Reason, message: str, *, fixes: tuple[str, ...] = (),
+                 context: dict | None = None):
+        self.reason = reason
+        self.message = message
+        self.fixes = tuple(fixes)
+        self.context = dict(context or {})
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        text = f"[{self.reason.value}] {self.message}"
+        if self.fixes:
+            text += " Possible fixes: " + "; ".join(self.fixes) + "."
+        return text
+
+
+GIB = 1024 ** 3
+
+
+def fmt_bytes(n: float) -> str:
+    """Human-readable bytes for error messages and reports."""
+    for unit, size in (("TiB", 1024 ** 4), ("GiB", GIB), ("MiB", 1024 ** 2), ("KiB", 1024)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n:.0f} B"

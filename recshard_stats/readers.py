@@ -1,0 +1,131 @@
+"""Input readers: logs -> the *normalized* frame every statistic is computed from.
+
+The normalized frame has, for feature i of the model config (in config order):
+
+- ``k{i}``: ``array<bigint>`` of the sample's 64-bit keys for that feature (see
+  :mod:`recshard_stats.hashing`); empty when the feature is absent;
+- ``_rejects``: ``array<struct<column:int, reason:int>>``, the values of this row that
+  were rejected (they count as absent, and are reported per column and reason);
+- ``_valid``: false for a row that could not be parsed at all (it is counted, not used).
+
+Columns of ``_rejects`` index :func:`reject_columns`. Pure DataFrame -> DataFrame code:
+reading files and the SparkSession belong to ``jobs/``.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from recshard_stats.config import CRITEO_DENSE, CRITEO_SPARSE, ModelConfig
+from recshard_stats.errors import Reason, RecShardError
+
+REJECT_REASONS = ("null_id", "not_hex", "not_integer", "wrong_field_count")
+_REASON = {r: i for i, r in enumerate(REJECT_REASONS)}
+CRITEO_FIELDS = 1 + len(CRITEO_DENSE) + len(CRITEO_SPARSE)
+HEX_PATTERN = "^[0-9a-fA-F]{1,15}$"
+INT_PATTERN = "^-?[0-9]{1,18}$"
+
+REJECT_TYPE = T.ArrayType(T.StructType([T.StructField("column", T.IntegerType(), False),
+                                        T.StructField("reason", T.IntegerType(), False)]), False)
+
+
+def reject_columns(model: ModelConfig) -> list[str]:
+    """Names of the columns that ``_rejects`` refers to: the features, then (for Criteo TSV)
+    the label and the dense columns, whose values are validated too."""
+    names = [f.name for f in model.features]
+    if model.input_format == "criteo_tsv":
+        names += ["label", *CRITEO_DENSE]
+    return names
+
+
+def _reject(column: int, reason: str) -> Column:
+    return F.struct(F.lit(column).alias("column"), F.lit(_REASON[reason]).alias("reason"))
+
+
+def _key(value: Column, feature_type: str, hash_fn: str) -> Column:
+    """One non-null value -> its 64-bit key (mirrors recshard_stats.hashing.keys_of)."""
+    if feature_type == "string":
+        return F.xxhash64(value)
+    ids = F.conv(value, 16, 10).cast("bigint") if feature_type == "hex" else value.cast("bigint")
+    return F.xxhash64(ids) if hash_fn == "xxhash64" else ids
+
+
+def _keys_and_rejects(value: Column, index: int, feature_type: str, hash_fn: str) -> tuple[Column, Column]:
+    if feature_type == "array<int64>":
+        good = F.filter(value, lambda x: x.isNotNull())
+        keys = F.coalesce(F.transform(good, lambda x: _key(x, feature_type, hash_fn)), F.array().cast("array<bigint>"))
+        nulls = F.coalesce(F.size(value) - F.size(good), F.lit(0))
+        return keys, F.array_repeat(_reject(index, "null_id"), nulls)
+    empty = F.array().cast("array<bigint>")
+    if feature_type == "hex":
+        present = value.isNotNull() & (value != "")
+        ok = value.rlike(HEX_PATTERN)
+        keys = F.when(present & ok, F.array(_key(value, feature_type, hash_fn))).otherwise(empty)
+        rejects = F.when(present & ~ok, F.array(_reject(index, "not_hex"))).otherwise(F.array())
+        return keys, rejects
+    keys = F.when(value.isNotNull(), F.array(_key(value, feature_type, hash_fn))).otherwise(empty)
+    return keys, F.array()
+
+
+def _normalize(df: DataFrame, values: list[Column], model: ModelConfig, extra_rejects: list[Column],
+               valid: Column) -> DataFrame:
+    cols, rejects = [], []
+    for i, (feature, value) in enumerate(zip(model.features, values)):
+        keys, rej = _keys_and_rejects(value, i, feature.type, model.table_of(feature.name).hash)
+        cols.append(keys.alias(f"k{i}"))
+        rejects.append(rej)
+    all_rejects = F.concat(*[r.cast(REJECT_TYPE) for r in rejects + extra_rejects])
+    return df.select(*cols, all_rejects.alias("_rejects"), valid.alias("_valid"))
+
+
+_PARQUET_TYPES = {
+    "array<int64>": (T.ArrayType,),
+    "int64": (T.LongType, T.IntegerType, T.ShortType, T.ByteType),
+    "string": (T.StringType,),
+    "hex": (T.StringType,),
+}
+
+
+def check_parquet_schema(schema: T.StructType, model: ModelConfig, source: str) -> None:
+    fields = {f.name: f.dataType for f in schema.fields}
+    for feature in model.features:
+        if feature.name not in fields:
+            raise RecShardError(
+                Reason.SCHEMA_MISMATCH,
+                f"{source}: feature column {feature.name!r} (type {feature.type}) is missing from the logs",
+                fixes=(f"columns present: {sorted(fields)[:20]}", "fix the model config's feature names"))
+        found = fields[feature.name]
+        ok = isinstance(found, _PARQUET_TYPES[feature.type])
+        if ok and feature.type == "array<int64>":
+            ok = isinstance(found.elementType, (T.LongType, T.IntegerType))
+        if not ok:
+            raise RecShardError(
+                Reason.SCHEMA_MISMATCH,
+                f"{source}: column {feature.name!r} has type {found.simpleString()}, "
+                f"model config says {feature.type}",
+                fixes=("change the feature's type in the model config",))
+
+
+def normalize_parquet(df: DataFrame, model: ModelConfig, source: str = "input") -> DataFrame:
+    """Parquet logs with one column per feature (array<int64>, int64 or string)."""
+    check_parquet_schema(df.schema, model, source)
+    return _normalize(df, [F.col(f"`{f.name}`") for f in model.features], model, [], F.lit(True))
+
+
+def normalize_criteo_tsv(lines: DataFrame, model: ModelConfig) -> DataFrame:
+    """Raw Criteo lines (``value`` column of ``spark.read.text``): label, I1..I13, C1..C26,
+    tab separated, empty = missing. A line without exactly 40 fields is rejected whole;
+    a non-hex categorical or a non-integer label/dense value is rejected alone."""
+    fields = F.split(F.col("value"), "\t", -1)
+    position = {name: i for i, name in enumerate(["label", *CRITEO_DENSE, *CRITEO_SPARSE])}
+    # F.get returns null past the end (plain indexing raises under ANSI mode on short rows).
+    values = [F.get(fields, position[f.name]) for f in model.features]
+    extra = []
+    for offset, name in enumerate(["label", *CRITEO_DENSE]):
+        v = F.get(fields, position[name])
+        bad = v.isNotNull() & (v != "") & ~v.rlike(INT_PATTERN)
+        extra.append(F.when(bad, F.array(_reject(len(model.features) + offset, "not_integer"))).otherwise(F.array()))
+    valid = F.size(fields) == CRITEO_FIELDS
+    return _normalize(lines, values, model, extra, valid)
