@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Callable
 
@@ -23,8 +24,12 @@ def spark_session(app: str, master: str | None = None, driver_memory: str | None
 
     conf = SparkConf()
     builder = SparkSession.builder.appName(app)
-    if master or not conf.contains("spark.master"):
-        builder = builder.master(master or "local[*]")
+    master = master or conf.get("spark.master", "local[*]")
+    builder = builder.master(master)
+    if master.startswith("local") and not conf.contains("spark.sql.shuffle.partitions"):
+        # Spark's default of 200 shuffle partitions costs more in task overhead than the work
+        # itself on a few local cores; a few per core is right there.
+        builder = builder.config("spark.sql.shuffle.partitions", str(4 * (os.cpu_count() or 1)))
     if driver_memory:
         builder = builder.config("spark.driver.memory", driver_memory)
     spark = builder.config("spark.ui.showConsoleProgress", "false").getOrCreate()

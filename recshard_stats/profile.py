@@ -1,10 +1,8 @@
 """The profile: normalized logs -> every per-feature and per-table statistic of DESIGN.md.
 
 Passes over the input: **one**. Each sample becomes a small array of records
-``(f, kind, key)`` -- one per id (kind ``ID``), one pooling-factor record per feature
-(kind ``POOLING``, key = ids in the sample), one per rejected value (kind ``REJECT``, key =
-reason) and one for an unparseable row (kind ``BAD_ROW``) -- and a single ``groupBy(f,
-kind, key).count()`` aggregates them. Everything after works on that aggregate, whose size
+``(code, key)`` (see :func:`_records`: ids, multi-hot pooling factors, rejected values,
+one per row) and a single ``groupBy(code, key).count()`` aggregates them. Everything after works on that aggregate, whose size
 is the number of distinct ids, not of samples: hashing to rows, per-row access counts,
 count-of-counts. Only count-of-counts and pooling histograms (a few thousand numbers per
 feature, independent of input size) reach the driver.
@@ -17,17 +15,17 @@ import logging
 
 import numpy as np
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from recshard_stats.config import ModelConfig
 from recshard_stats.errors import Reason, RecShardError
-from recshard_stats.readers import REJECT_REASONS, reject_columns
+from recshard_stats.readers import REJECT_REASONS, decode_reject, is_multi_hot, needs_key_hash, reject_columns
 from recshard_stats.statistics import CountOfCounts, access_cdf, expected_unique_rows, pooling_stats
 
 log = logging.getLogger(__name__)
 
-ID, POOLING, REJECT, BAD_ROW = 0, 1, 2, 3
+ID, POOLING, REJECT, ROW = 0, 1, 2, 3
 DEFAULT_CDF_POINTS = 128
 DEFAULT_MAX_REJECT_FRACTION = 0.01
 
@@ -48,17 +46,36 @@ class ProfileResult:
             frame.unpersist()
 
 
-def _records(df: DataFrame, num_features: int) -> DataFrame:
-    def rec(f, kind: int, key):
-        return F.struct(f.cast("int").alias("f"), F.lit(kind).alias("kind"), key.cast("bigint").alias("key"))
+def _records(df: DataFrame, model: ModelConfig) -> DataFrame:
+    """One ``(code, key)`` record per id, per multi-hot feature (key: its pooling factor; a
+    single-hot feature's histogram follows from its id count), per rejected value (key: its
+    reject code) and per input row (key: 1 if parseable, else 0); ``code = kind << 16 |
+    feature``. Built from two aligned arrays with scalar functions only, then ``inline``-d;
+    absent single-hot values are null keys, dropped after."""
+    single = [i for i, f in enumerate(model.features) if not is_multi_hot(f.type)]
+    multi = [i for i, f in enumerate(model.features) if is_multi_hot(f.type)]
 
-    parts = []
-    for i in range(num_features):
-        parts.append(F.transform(F.col(f"k{i}"), lambda x, i=i: rec(F.lit(i), ID, x)))
-        parts.append(F.array(rec(F.lit(i), POOLING, F.size(f"k{i}"))))
-    parts.append(F.transform(F.col("_rejects"), lambda r: rec(r["column"], REJECT, r["reason"])))
-    records = F.when(F.col("_valid"), F.concat(*parts)).otherwise(F.array(rec(F.lit(-1), BAD_ROW, F.lit(0))))
-    return df.select(F.explode(records).alias("r")).select("r.f", "r.kind", "r.key")
+    def code(kind: int, f: int = 0) -> Column:
+        return F.lit((kind << 16) | f)
+
+    codes, keys = [], []
+    if single:
+        codes.append(F.array(*[code(ID, i) for i in single]))
+        keys.append(F.array(*[F.col(f"k{i}") for i in single]))
+    for i in multi:
+        codes.append(F.array_repeat(code(ID, i), F.size(f"k{i}")))
+        keys.append(F.col(f"k{i}"))
+    if multi:
+        codes.append(F.array(*[code(POOLING, i) for i in multi]))
+        keys.append(F.array(*[F.size(f"k{i}").cast("bigint") for i in multi]))
+    codes.append(F.array_repeat(code(REJECT), F.size("_rejects")))
+    keys.append(F.col("_rejects"))
+    valid = F.col("_valid")
+    row_code, row_key = F.array(code(ROW)), F.array(valid.cast("bigint"))
+    all_codes = F.when(valid, F.concat(*codes, row_code)).otherwise(row_code)
+    all_keys = F.when(valid, F.concat(*keys, row_key)).otherwise(row_key)
+    return (df.select(F.inline(F.arrays_zip(all_codes.alias("code"), all_keys.alias("key"))))
+            .where(F.col("key").isNotNull()))
 
 
 def _count_of_counts(per_row: DataFrame, by: str) -> dict:
@@ -77,23 +94,24 @@ def profile(spark: SparkSession, normalized: DataFrame, model: ModelConfig, *,
     table_index = {t.name: j for j, t in enumerate(tables)}
     feature_table = [table_index[model.table_of(name).name] for name in features]
 
-    agg = _records(normalized, len(features)).groupBy("f", "kind", "key").count()
+    agg = (_records(normalized, model).groupBy("code", "key").count()
+           .select(F.shiftright("code", 16).alias("kind"), F.col("code").bitwiseAND(0xFFFF).alias("f"), "key", "count"))
     agg = agg.persist(StorageLevel.MEMORY_AND_DISK)
     cached = [agg]
     try:
         log.info("profile: aggregating %d features (one pass over the input)", len(features))
-        small = agg.where(F.col("kind") != ID).collect()
-        pooling: dict[int, list[tuple[int, int]]] = {}
+        pooling: dict[int, dict[int, int]] = {}
         rejects: dict[tuple[int, int], int] = {}
-        bad_rows = 0
-        for r in small:
+        row_kinds = {0: 0, 1: 0}
+        for r in agg.where(F.col("kind") != ID).collect():
             if r["kind"] == POOLING:
-                pooling.setdefault(r["f"], []).append((r["key"], r["count"]))
+                pooling.setdefault(r["f"], {})[r["key"]] = r["count"]
             elif r["kind"] == REJECT:
-                rejects[(r["f"], r["key"])] = r["count"]
+                column, reason = decode_reject(r["key"])
+                rejects[(column, REJECT_REASONS.index(reason))] = r["count"]
             else:
-                bad_rows = r["count"]
-        num_samples = sum(n for _, n in pooling.get(0, []))
+                row_kinds[r["key"]] = r["count"]
+        num_samples, bad_rows = row_kinds[1], row_kinds[0]
         input_rows = num_samples + bad_rows
         if num_samples == 0:
             raise RecShardError(
@@ -103,9 +121,12 @@ def profile(spark: SparkSession, normalized: DataFrame, model: ModelConfig, *,
         _check_rejects(model, rejects, bad_rows, input_rows, max_reject_fraction)
 
         conf = spark.createDataFrame(
-            [(i, feature_table[i], tables[feature_table[i]].hash_size) for i in range(len(features))],
-            "f int, t int, hash_size bigint")
-        ids = agg.where(F.col("kind") == ID).join(F.broadcast(conf), "f")
+            [(i, feature_table[i], tables[feature_table[i]].hash_size,
+              needs_key_hash(f.type, tables[feature_table[i]].hash)) for i, f in enumerate(model.features)],
+            "f int, t int, hash_size bigint, hash_ids boolean")
+        # Integer ids that hash with xxhash64 are hashed here, once per distinct id.
+        ids = (agg.where(F.col("kind") == ID).join(F.broadcast(conf), "f")
+               .withColumn("key", F.when(F.col("hash_ids"), F.xxhash64("key")).otherwise(F.col("key"))))
         per_feature_row = (ids.withColumn("row", F.pmod("key", "hash_size"))
                            .groupBy("f", "t", "row").agg(F.sum("count").alias("c"), F.count("*").alias("nkeys")))
         shared = {j for j, t in enumerate(tables) if len(t.features) > 1}
@@ -183,10 +204,14 @@ def _assemble(model, feature_table, pooling, rejects, feature_coc, table_coc, nu
     columns = reject_columns(model)
     for i, feature in enumerate(model.features):
         table = tables[feature_table[i]]
-        hist = sorted(pooling.get(i, []))
+        coc, unique_ids = add_distribution("feature", feature.name, feature_coc.get(i, []))
+        if is_multi_hot(feature.type):
+            hist = pooling.get(i, {})
+        else:
+            hist = {1: coc.total_accesses, 0: num_samples - coc.total_accesses}
+        hist = sorted((p, n) for p, n in hist.items() if n)
         pf = pooling_stats(np.array([p for p, _ in hist], np.int64), np.array([n for _, n in hist], np.int64))
         out["pooling_histogram"] += [{"feature": feature.name, "pooling_factor": p, "samples": n} for p, n in hist]
-        coc, unique_ids = add_distribution("feature", feature.name, feature_coc.get(i, []))
         mine = {REJECT_REASONS[reason]: n for (column, reason), n in rejects.items() if column == i}
         out["features"].append({
             "feature": feature.name, "table": table.name, "hash_size": table.hash_size,

@@ -2,14 +2,17 @@
 
 The normalized frame has, for feature i of the model config (in config order):
 
-- ``k{i}``: ``array<bigint>`` of the sample's 64-bit keys for that feature (see
-  :mod:`recshard_stats.hashing`); empty when the feature is absent;
-- ``_rejects``: ``array<struct<column:int, reason:int>>``, the values of this row that
-  were rejected (they count as absent, and are reported per column and reason);
+- ``k{i}``: the sample's ids for that feature: ``array<bigint>`` (never null, empty when
+  absent) for multi-hot features, a nullable ``bigint`` for single-hot ones (arrays of one
+  element per value are costly, see :func:`is_multi_hot`). Integer ids stay raw (``xxhash64`` of an integer id is applied later, once per distinct
+  id, see :func:`needs_key_hash`); strings are already their XXH64 key, hex is parsed;
+- ``_rejects``: ``array<bigint>`` of codes ``column * 8 + reason`` for the values of this
+  row that were rejected (they count as absent, and are reported per column and reason);
 - ``_valid``: false for a row that could not be parsed at all (it is counted, not used).
 
-Columns of ``_rejects`` index :func:`reject_columns`. Pure DataFrame -> DataFrame code:
-reading files and the SparkSession belong to ``jobs/``.
+Columns index :func:`reject_columns`, reasons :data:`REJECT_REASONS`. Only scalar
+functions are used per row (no higher-order lambdas, which Spark interprets slowly).
+Pure DataFrame -> DataFrame code: reading files and the SparkSession belong to ``jobs/``.
 """
 
 from __future__ import annotations
@@ -27,8 +30,11 @@ CRITEO_FIELDS = 1 + len(CRITEO_DENSE) + len(CRITEO_SPARSE)
 HEX_PATTERN = "^[0-9a-fA-F]{1,15}$"
 INT_PATTERN = "^-?[0-9]{1,18}$"
 
-REJECT_TYPE = T.ArrayType(T.StructType([T.StructField("column", T.IntegerType(), False),
-                                        T.StructField("reason", T.IntegerType(), False)]), False)
+REASON_BITS = 8
+
+
+def _empty() -> Column:
+    return F.array().cast("array<bigint>")
 
 
 def reject_columns(model: ModelConfig) -> list[str]:
@@ -40,44 +46,47 @@ def reject_columns(model: ModelConfig) -> list[str]:
     return names
 
 
-def _reject(column: int, reason: str) -> Column:
-    return F.struct(F.lit(column).alias("column"), F.lit(_REASON[reason]).alias("reason"))
+def needs_key_hash(feature_type: str, hash_fn: str) -> bool:
+    """True where ``k{i}`` holds raw integer ids that still need ``xxhash64`` to become keys."""
+    return hash_fn == "xxhash64" and feature_type != "string"
 
 
-def _key(value: Column, feature_type: str, hash_fn: str) -> Column:
-    """One non-null value -> its 64-bit key (mirrors recshard_stats.hashing.keys_of)."""
-    if feature_type == "string":
-        return F.xxhash64(value)
-    ids = F.conv(value, 16, 10).cast("bigint") if feature_type == "hex" else value.cast("bigint")
-    return F.xxhash64(ids) if hash_fn == "xxhash64" else ids
+def is_multi_hot(feature_type: str) -> bool:
+    return feature_type == "array<int64>"
 
 
-def _keys_and_rejects(value: Column, index: int, feature_type: str, hash_fn: str) -> tuple[Column, Column]:
-    if feature_type == "array<int64>":
-        good = F.filter(value, lambda x: x.isNotNull())
-        keys = F.coalesce(F.transform(good, lambda x: _key(x, feature_type, hash_fn)), F.array().cast("array<bigint>"))
+def decode_reject(code: int) -> tuple[int, str]:
+    return code >> REASON_BITS, REJECT_REASONS[code & ((1 << REASON_BITS) - 1)]
+
+
+def _reject(column: int, reason: str, times: Column | None = None) -> Column:
+    code = F.lit((column << REASON_BITS) | _REASON[reason]).cast("bigint")
+    return F.array(code) if times is None else F.array_repeat(code, times)
+
+
+def _ids_and_rejects(value: Column, index: int, feature_type: str) -> tuple[Column, Column]:
+    if is_multi_hot(feature_type):
+        good = F.array_compact(value).cast("array<bigint>")
         nulls = F.coalesce(F.size(value) - F.size(good), F.lit(0))
-        return keys, F.array_repeat(_reject(index, "null_id"), nulls)
-    empty = F.array().cast("array<bigint>")
+        return F.coalesce(good, _empty()), _reject(index, "null_id", nulls)
     if feature_type == "hex":
         present = value.isNotNull() & (value != "")
         ok = value.rlike(HEX_PATTERN)
-        keys = F.when(present & ok, F.array(_key(value, feature_type, hash_fn))).otherwise(empty)
-        rejects = F.when(present & ~ok, F.array(_reject(index, "not_hex"))).otherwise(F.array())
-        return keys, rejects
-    keys = F.when(value.isNotNull(), F.array(_key(value, feature_type, hash_fn))).otherwise(empty)
-    return keys, F.array()
+        ids = F.when(present & ok, F.conv(value, 16, 10).cast("bigint"))
+        return ids, F.when(present & ~ok, _reject(index, "not_hex")).otherwise(_empty())
+    # xxhash64(null) is the seed, not null: absent strings must stay null.
+    ids = F.when(value.isNotNull(), F.xxhash64(value)) if feature_type == "string" else value.cast("bigint")
+    return ids, _empty()
 
 
 def _normalize(df: DataFrame, values: list[Column], model: ModelConfig, extra_rejects: list[Column],
                valid: Column) -> DataFrame:
     cols, rejects = [], []
     for i, (feature, value) in enumerate(zip(model.features, values)):
-        keys, rej = _keys_and_rejects(value, i, feature.type, model.table_of(feature.name).hash)
-        cols.append(keys.alias(f"k{i}"))
+        ids, rej = _ids_and_rejects(value, i, feature.type)
+        cols.append(ids.alias(f"k{i}"))
         rejects.append(rej)
-    all_rejects = F.concat(*[r.cast(REJECT_TYPE) for r in rejects + extra_rejects])
-    return df.select(*cols, all_rejects.alias("_rejects"), valid.alias("_valid"))
+    return df.select(*cols, F.concat(*rejects, *extra_rejects).alias("_rejects"), valid.alias("_valid"))
 
 
 _PARQUET_TYPES = {
@@ -126,6 +135,6 @@ def normalize_criteo_tsv(lines: DataFrame, model: ModelConfig) -> DataFrame:
     for offset, name in enumerate(["label", *CRITEO_DENSE]):
         v = F.get(fields, position[name])
         bad = v.isNotNull() & (v != "") & ~v.rlike(INT_PATTERN)
-        extra.append(F.when(bad, F.array(_reject(len(model.features) + offset, "not_integer"))).otherwise(F.array()))
+        extra.append(F.when(bad, _reject(len(model.features) + offset, "not_integer")).otherwise(_empty()))
     valid = F.size(fields) == CRITEO_FIELDS
     return _normalize(lines, values, model, extra, valid)

@@ -55,5 +55,5 @@ def arrow_schema(name: str):
     import pyarrow as pa
 
     simple = {"string": pa.string(), "bigint": pa.int64(), "int": pa.int32(), "double": pa.float64(),
-              "array<string>": pa.list_(pa.string())}
+              "array<string>": pa.list_(pa.field("element", pa.string(), nullable=False))}  # as Spark writes it
     return pa.schema([(c, simple[t]) for c, t in TABLES[name]])

@@ -1,0 +1,25 @@
+import os
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SHARED = pathlib.Path(os.environ.get("RECSHARD_SHARED", ROOT.parent / "shared"))
+CRITEO_TSV = SHARED / "data" / "criteo" / "criteo_kaggle_7200.tsv"
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from jobs.common import spark_session
+
+    session = spark_session("recshard-tests", "local[2]", "2g")
+    session.conf.set("spark.sql.shuffle.partitions", "4")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def criteo_tsv():
+    if not CRITEO_TSV.is_file():
+        pytest.skip(f"real Criteo sample not found at {CRITEO_TSV} (../shared is absent)")
+    return CRITEO_TSV

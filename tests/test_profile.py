@@ -1,0 +1,202 @@
+"""The Spark profile against an independent pandas/numpy computation of the same statistics."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from recshard_stats.config import load_model_config
+from recshard_stats.errors import RecShardError
+from recshard_stats.generate import generate
+from recshard_stats.schemas import SCHEMA_VERSION, SMALL_TABLES, arrow_schema
+from recshard_stats.stats import load_stats
+from reference import cdf_at, feature_reference
+from helpers import parquet_keys, run_profile, write_yaml
+
+SPEC = {
+    "name": "small",
+    "input": {"format": "parquet"},
+    "features": [
+        {"name": "user", "type": "int64", "synthetic": {"coverage": 1.0, "cardinality": 5000, "zipf": 1.1}},
+        {"name": "query", "type": "string", "synthetic": {"coverage": 0.6, "cardinality": 800, "zipf": 0.9}},
+        {"name": "rare", "type": "int64", "synthetic": {"coverage": 0.004, "cardinality": 50, "zipf": 1.0}},
+        {"name": "hist", "type": "array<int64>",
+         "synthetic": {"coverage": 0.7, "pf_mean": 8, "pf_max": 60, "cardinality": 3000, "zipf": 1.2}},
+        {"name": "clicks", "type": "array<int64>",
+         "synthetic": {"coverage": 0.2, "pf_mean": 30, "pf_max": 200, "cardinality": 3000, "zipf": 1.0}},
+        {"name": "views", "type": "array<int64>",
+         "synthetic": {"coverage": 0.5, "pf_mean": 3, "pf_max": 20, "cardinality": 3000, "zipf": 1.0}},
+    ],
+    "tables": [
+        {"name": "t_user", "features": ["user"], "hash_size": 1000, "dim": 32},        # collisions
+        {"name": "t_query", "features": ["query"], "hash_size": 100000, "dim": 16, "hash": "xxhash64"},
+        {"name": "t_rare", "features": ["rare"], "hash_size": 1, "dim": 8},            # single row
+        {"name": "t_hist", "features": ["hist"], "hash_size": 2048, "dim": 64, "hash": "xxhash64"},
+        {"name": "t_items", "features": ["clicks", "views"], "hash_size": 700, "dim": 64},  # shared
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    root = tmp_path_factory.mktemp("synthetic")
+    spec = write_yaml(root / "spec.yaml", SPEC)
+    logs = generate(spec, root / "logs", 3000, seed=7, chunk_rows=1000, processes=1)
+    return spec, logs, root
+
+
+@pytest.fixture(scope="module")
+def synthetic_stats(spark, synthetic):
+    spec, logs, root = synthetic
+    return run_profile(spec, logs, root / "stats", "2026-12-01", "--row-counts", "--cdf-points", "40")
+
+
+def _by(stats, table, key):
+    return {r[key]: r for r in stats.rows(table)}
+
+
+def _check_feature(row, ref):
+    for key in ("num_samples", "present_samples", "pf_min", "pf_max", "pf_p50", "pf_p90", "pf_p99",
+                "total_accesses", "unique_raw_ids", "unique_rows", "unused_rows"):
+        assert row[key] == ref[key], key
+    for key in ("coverage", "pf_mean", "pf_mean_present"):
+        assert row[key] == pytest.approx(ref[key], rel=1e-12, abs=1e-12), key
+    # the reference's naive (1 - 1/H)^n loses ~1e-11 to cancellation; the job uses expm1/log1p
+    assert row["expected_unique_rows"] == pytest.approx(ref["expected_unique_rows"], rel=1e-9)
+
+
+def test_multi_hot_parquet_matches_independent_computation(synthetic, synthetic_stats):
+    spec, logs, _ = synthetic
+    model = load_model_config(spec)
+    stats = load_stats(synthetic_stats)
+    keys = parquet_keys(logs, model)
+    features = _by(stats, "features", "feature")
+    hist = stats.tables["pooling_histogram"].to_pandas()
+    for feature in model.features:
+        table = model.table_of(feature.name)
+        ref = feature_reference(keys[feature.name], table.hash_size)
+        _check_feature(features[feature.name], ref)
+        got = hist[hist.feature == feature.name].set_index("pooling_factor")["samples"].to_dict()
+        assert got == ref["pooling_histogram"]
+        coc = stats.count_of_counts("feature", feature.name)
+        assert dict(zip(coc.counts.tolist(), coc.rows.tolist())) == ref["count_of_counts"]
+    # the shared table: both features' keys land in one row space
+    merged = [a + b for a, b in zip(keys["clicks"], keys["views"])]
+    ref = feature_reference(merged, 700)
+    t_items = _by(stats, "tables", "table")["t_items"]
+    assert t_items["total_accesses"] == ref["total_accesses"]
+    assert t_items["unique_rows"] == ref["unique_rows"]
+    assert t_items["unique_keys"] == ref["unique_raw_ids"]
+    assert t_items["max_row_accesses"] == max(ref["row_counts"].values())
+    coc = stats.count_of_counts("table", "t_items")
+    assert dict(zip(coc.counts.tolist(), coc.rows.tolist())) == ref["count_of_counts"]
+    # access CDF at every stored breakpoint equals sorting all rows
+    cdf = stats.tables["access_cdf"].to_pandas()
+    points = cdf[(cdf.level == "table") & (cdf.name == "t_items")]
+    assert len(points) > 10 and points.rows.iloc[-1] == ref["unique_rows"]
+    for k, f in zip(points.rows, points.access_fraction):
+        assert f == pytest.approx(cdf_at(ref["row_counts"], int(k)), abs=1e-12)
+    assert np.all(np.diff(points.access_fraction.to_numpy()) >= 0)
+
+
+def test_row_counts_match(synthetic, synthetic_stats):
+    spec, logs, _ = synthetic
+    model = load_model_config(spec)
+    keys = parquet_keys(logs, model)
+    got = pq.read_table(synthetic_stats / "row_counts" / "table=t_hist").to_pandas()
+    ref = feature_reference(keys["hist"], 2048)["row_counts"]
+    assert dict(zip(got.row.tolist(), got.access_count.tolist())) == ref
+
+
+def test_outputs_have_declared_schemas_and_metadata(synthetic_stats):
+    for name in SMALL_TABLES:
+        assert pq.read_table(synthetic_stats / name).schema.remove_metadata() == arrow_schema(name), name
+    rc = pq.read_table(synthetic_stats / "row_counts")
+    assert set(rc.schema.names) == {"row", "access_count", "table"}
+    meta = json.loads((synthetic_stats / "metadata.json").read_text())
+    assert meta["schema_version"] == SCHEMA_VERSION
+    assert meta["sample_fraction"] == 1.0 and meta["num_samples"] == 3000
+    assert meta["hash_functions"]["t_query"] == "xxhash64" and meta["spark_version"].startswith("4.")
+    assert (synthetic_stats / "_SUCCESS").exists()
+    assert not [p for p in synthetic_stats.parent.iterdir() if p.name.startswith("_tmp")]
+
+
+def test_sample_fraction_is_recorded(spark, synthetic, tmp_path):
+    spec, logs, _ = synthetic
+    part = run_profile(spec, logs, tmp_path, "2026-12-01", "--sample-fraction", "0.25", "--seed", "3")
+    meta = json.loads((part / "metadata.json").read_text())
+    assert meta["sample_fraction"] == 0.25
+    assert 500 < meta["num_samples"] < 1000
+
+
+def test_criteo_tsv_matches_independent_computation(spark, criteo_tsv, tmp_path):
+    from tests.conftest import ROOT
+
+    model = load_model_config(ROOT / "conf" / "criteo_kaggle.yaml")
+    part = run_profile(ROOT / "conf" / "criteo_kaggle.yaml", criteo_tsv, tmp_path)
+    stats = load_stats(part)
+    raw = pd.read_csv(criteo_tsv, sep="\t", header=None, dtype=str, keep_default_na=False)
+    assert raw.shape == (7200, 40)
+    features = _by(stats, "features", "feature")
+    for i, feature in enumerate(model.features):
+        column = raw[14 + i]
+        samples = [[int(v, 16)] if v else [] for v in column]
+        ref = feature_reference(samples, model.table_of(feature.name).hash_size)
+        _check_feature(features[feature.name], ref)
+        coc = stats.count_of_counts("feature", feature.name)
+        assert dict(zip(coc.counts.tolist(), coc.rows.tolist())) == ref["count_of_counts"]
+    assert stats.rows("rejects") == [] and stats.metadata["rejected_rows"] == 0
+
+
+EDGE_MODEL = {
+    "name": "edges", "input": {"format": "parquet"},
+    "features": [{"name": "never", "type": "array<int64>"}, {"name": "neg", "type": "int64"},
+                 {"name": "big", "type": "array<int64>"}, {"name": "s", "type": "string"}],
+    "tables": [{"name": "t_never", "features": ["never"], "hash_size": 5, "dim": 4},
+               {"name": "t_neg", "features": ["neg"], "hash_size": 10, "dim": 4},
+               {"name": "t_big", "features": ["big"], "hash_size": 10, "dim": 4},
+               {"name": "t_s", "features": ["s"], "hash_size": 1, "dim": 4, "hash": "xxhash64"}],
+}
+
+
+def test_edge_cases(spark, tmp_path):
+    never = [None, [], None, [], []]
+    neg = [-1, -11, 9, None, -(2**63)]                        # pmod: 9, 9, 9, -, 2
+    big = [[3, 13, 23], [10**15, None], None, [], [2**63 - 1, -3]]  # collisions, ids >= hash_size, null element
+    s = ["a", None, "a", "b", ""]
+    table = pa.table({"never": pa.array(never, pa.list_(pa.int64())), "neg": pa.array(neg, pa.int64()),
+                      "big": pa.array(big, pa.list_(pa.int64())), "s": pa.array(s, pa.string())})
+    (tmp_path / "logs").mkdir()
+    pq.write_table(table, tmp_path / "logs" / "part-0.parquet")
+    model_path = write_yaml(tmp_path / "m.yaml", EDGE_MODEL)
+    stats = load_stats(run_profile(model_path, tmp_path / "logs", tmp_path / "stats", "2026-12-01",
+                                   "--max-reject-fraction", "1"))
+    f = _by(stats, "features", "feature")
+    assert f["never"]["present_samples"] == 0 and f["never"]["unique_rows"] == 0
+    assert f["never"]["unused_rows"] == 5 and f["never"]["pf_max"] == 0 and f["never"]["coverage"] == 0
+    assert f["neg"]["unique_rows"] == 2 and f["neg"]["unique_raw_ids"] == 4 and f["neg"]["total_accesses"] == 4
+    assert dict(zip(*[a.tolist() for a in _coc(stats, "neg")])) == {3: 1, 1: 1}
+    assert f["big"]["null_ids"] == 1 and f["big"]["total_accesses"] == 6 and f["big"]["pf_max"] == 3
+    # rows: 3,3,3 | 0 | 7 (2^63-1 mod 10), 7 (-3 pmod 10)
+    assert f["big"]["unique_rows"] == 3 and f["big"]["unique_raw_ids"] == 6
+    assert f["s"]["unique_raw_ids"] == 3 and f["s"]["unique_rows"] == 1 and f["s"]["coverage"] == 0.8
+    assert stats.rows("rejects") == [{"column": "big", "reason": "null_id", "count": 1}]
+
+
+def _coc(stats, feature):
+    coc = stats.count_of_counts("feature", feature)
+    return coc.counts, coc.rows
+
+
+def test_rerun_replaces_partition_and_failure_leaves_none(spark, synthetic, tmp_path):
+    spec, logs, _ = synthetic
+    first = run_profile(spec, logs, tmp_path)
+    created = json.loads((first / "metadata.json").read_text())["created_at"]
+    second = run_profile(spec, logs, tmp_path)
+    assert json.loads((second / "metadata.json").read_text())["created_at"] != created
+    with pytest.raises(RecShardError, match="no usable samples|not found"):
+        run_profile(spec, tmp_path / "missing", tmp_path, "2026-12-02")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds=2026-12-01"]
