@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Idempotent setup of a fresh Debian/Ubuntu machine: Java, GLPK, CBC, and the project's venv.
+#   ./scripts/setup.sh          # then: .venv/bin/recshard --help
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
+command -v glpsol >/dev/null 2>&1 || need+=(glpk-utils)
+command -v cbc >/dev/null 2>&1 || need+=(coinor-cbc)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "setup: installing ${need[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -e ".[dev]"
+echo "setup: ok ($(.venv/bin/python -c 'import pyspark, pyomo; print("pyspark", pyspark.__version__, "pyomo", pyomo.__version__)'), $(java -version 2>&1 | head -1))"

@@ -1,0 +1,170 @@
+"""The RecShard MILP (DESIGN.md "Cost model and MILP") in Pyomo, and its solution as plain data.
+
+Units keep the solvers' numerics sane: cost in milliseconds per batch, HBM in GiB, and
+``f[j, g]`` the *fraction* of table j's rows held in HBM of GPU g (rows = f * hash_size).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import shutil
+import time
+
+import pyomo.environ as pyo
+from pyomo.opt import TerminationCondition
+
+from recshard_stats.errors import GIB, Reason, RecShardError
+from solver.plan import Plan
+from solver.problem import Problem, breakpoints
+
+log = logging.getLogger(__name__)
+
+SOLVERS = ("glpk", "cbc", "highs")
+_PYOMO_NAME = {"glpk": "glpk", "cbc": "cbc", "highs": "appsi_highs"}
+_MS = 1e3
+
+
+@dataclasses.dataclass(frozen=True)
+class MilpOptions:
+    solver: str = "cbc"
+    time_limit_s: float = 60.0
+    mip_gap: float = 0.01
+    cdf_segments: int = 16
+    symmetry_breaking: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class MilpResult:
+    plan: Plan                 # assignment from the MILP, split as the MILP chose
+    status: str                # "optimal" or "time_limit" (with an incumbent)
+    objective_ms: float        # the MILP's own objective (chord approximation of F)
+    bound_ms: float | None     # the solver's best bound on its objective, when reported
+    solve_seconds: float
+
+
+def order_by_cost(problem: Problem) -> list[int]:
+    return sorted(range(len(problem.tables)), key=lambda j: (-problem.uvm_time(j), j))
+
+
+def build_model(problem: Problem, options: MilpOptions = MilpOptions()) -> pyo.ConcreteModel:
+    m = pyo.ConcreteModel(name="recshard")
+    tables, gpus = range(len(problem.tables)), range(problem.num_gpus)
+    m.T, m.G = pyo.Set(initialize=tables), pyo.Set(initialize=gpus)
+    # Identical GPUs: the i-th costliest table may only use GPUs 0..i (removes permuted copies).
+    rank = {j: i for i, j in enumerate(order_by_cost(problem))}
+    allowed = [(j, g) for j in tables for g in gpus if not options.symmetry_breaking or g <= rank[j]]
+    m.A = pyo.Set(initialize=allowed, dimen=2)
+    m.x = pyo.Var(m.A, domain=pyo.Binary)
+    m.f = pyo.Var(m.A, bounds=(0, 1))
+    m.y = pyo.Var(m.A, bounds=(0, 1))
+    m.z = pyo.Var(domain=pyo.NonNegativeReals)
+
+    by_table: dict[int, list[int]] = {}
+    by_gpu: dict[int, list[int]] = {}
+    for j, g in allowed:
+        by_table.setdefault(j, []).append(g)
+        by_gpu.setdefault(g, []).append(j)
+
+    m.each_table_on_one_gpu = pyo.Constraint(m.T, rule=lambda m, j: sum(m.x[j, g] for g in by_table[j]) == 1)
+    m.hbm_rows_only_where_placed = pyo.Constraint(m.A, rule=lambda m, j, g: m.f[j, g] <= m.x[j, g])
+    m.hbm_hits_only_where_placed = pyo.Constraint(m.A, rule=lambda m, j, g: m.y[j, g] <= m.x[j, g])
+
+    cuts = []
+    for j, table in enumerate(problem.tables):
+        rows, frac = breakpoints(table, options.cdf_segments)
+        for k in range(len(rows) - 1):
+            df = (rows[k + 1] - rows[k]) / table.hash_size
+            slope = (frac[k + 1] - frac[k]) / df
+            cuts.append((j, slope, frac[k] - slope * rows[k] / table.hash_size))
+        if len(rows) == 1:  # never accessed: no hits at all
+            cuts.append((j, 0.0, 0.0))
+    m.C = pyo.Set(initialize=[(j, g, c) for c, (j, _, _) in enumerate(cuts) for g in by_table[j]], dimen=3)
+    m.hbm_hits_under_access_cdf = pyo.Constraint(
+        m.C, rule=lambda m, j, g, c: m.y[j, g] <= cuts[c][1] * m.f[j, g] + cuts[c][2] * m.x[j, g])
+
+    cap = problem.hbm_capacity / GIB
+    m.hbm_capacity = pyo.Constraint(m.G, rule=lambda m, g: sum(
+        problem.tables[j].size_bytes / GIB * m.f[j, g] for j in by_gpu.get(g, [])) <= cap
+        if by_gpu.get(g) else pyo.Constraint.Skip)
+    total = sum(t.size_bytes for t in problem.tables) / GIB
+    m.host_capacity = pyo.Constraint(expr=total - sum(
+        problem.tables[j].size_bytes / GIB * m.f[j, g] for j, g in allowed) <= problem.hardware.host_bytes / GIB)
+
+    def gpu_cost(m, g):
+        return sum(_MS * (problem.uvm_time(j) * m.x[j, g] - (problem.uvm_time(j) - problem.hbm_time(j)) * m.y[j, g])
+                   for j in by_gpu.get(g, []))
+    m.gpu_cost = pyo.Expression(m.G, rule=gpu_cost)
+    m.slowest_gpu = pyo.Constraint(m.G, rule=lambda m, g: m.z >= m.gpu_cost[g])
+    m.step_time = pyo.Objective(expr=m.z, sense=pyo.minimize)
+    return m
+
+
+def available(solver: str) -> bool:
+    if solver not in SOLVERS:
+        return False
+    if solver in ("glpk", "cbc"):
+        return shutil.which("glpsol" if solver == "glpk" else "cbc") is not None
+    return bool(pyo.SolverFactory(_PYOMO_NAME[solver]).available(exception_flag=False))
+
+
+def _set_start(m: pyo.ConcreteModel, problem: Problem, start: Plan) -> None:
+    for j, g in m.A:
+        on = start.gpu[j] == g
+        m.x[j, g].value = 1 if on else 0
+        f = start.rows_hbm[j] / problem.tables[j].hash_size if on else 0.0
+        m.f[j, g].value = f
+        m.y[j, g].value = float(problem.tables[j].hbm_fraction(start.rows_hbm[j])) if on else 0.0
+    m.z.value = max(pyo.value(m.gpu_cost[g]) for g in m.G)
+
+
+def solve(problem: Problem, options: MilpOptions = MilpOptions(), start: Plan | None = None) -> MilpResult:
+    if options.solver not in SOLVERS:
+        raise RecShardError(Reason.CONFIG_INVALID, f"unknown solver {options.solver!r}", fixes=(f"use one of {SOLVERS}",))
+    if not available(options.solver):
+        raise RecShardError(Reason.SOLVER_UNAVAILABLE, f"solver {options.solver!r} is not installed",
+                            fixes=("run scripts/setup.sh (installs glpk-utils, coinor-cbc, highspy)",
+                                   "pick another --solver"))
+    problem.check_capacity()
+    t0 = time.time()
+    m = build_model(problem, options)
+    opt = pyo.SolverFactory(_PYOMO_NAME[options.solver])
+    kwargs = {"load_solutions": False}
+    if options.solver == "glpk":
+        opt.options.update({"tmlim": max(1, int(math.ceil(options.time_limit_s))), "mipgap": options.mip_gap})
+    elif options.solver == "cbc":
+        opt.options.update({"sec": options.time_limit_s, "ratioGap": options.mip_gap})
+        if start is not None:
+            _set_start(m, problem, start)
+            kwargs["warmstart"] = True
+    else:
+        opt.config.time_limit = options.time_limit_s
+        opt.config.mip_gap = options.mip_gap
+    log.info("solving the MILP with %s: %d tables x %d GPUs, %d variables, time limit %gs",
+             options.solver, len(problem.tables), problem.num_gpus, m.nvariables(), options.time_limit_s)
+    results = opt.solve(m, **kwargs)
+    seconds = time.time() - t0
+    tc = results.solver.termination_condition
+    if tc == TerminationCondition.infeasible:
+        raise RecShardError(Reason.INFEASIBLE_HBM, f"{options.solver} proved the sharding problem infeasible",
+                            fixes=("raise host_gib or hbm_per_gpu_gib",))
+    has_solution = len(results.solution) > 0 if hasattr(results, "solution") else False
+    if tc not in (TerminationCondition.optimal, TerminationCondition.maxTimeLimit,
+                  TerminationCondition.feasible, TerminationCondition.intermediateNonInteger) or not has_solution:
+        raise RecShardError(Reason.NO_INCUMBENT,
+                            f"{options.solver} stopped ({tc}) after {seconds:.1f}s without a feasible plan",
+                            fixes=("raise --time-limit", "try --solver cbc or highs"),
+                            context={"termination": str(tc)})
+    m.solutions.load_from(results)
+    gpu, rows = [0] * len(problem.tables), [0] * len(problem.tables)
+    for j, g in m.A:
+        if pyo.value(m.x[j, g]) > 0.5:
+            gpu[j] = g
+            rows[j] = int(math.floor(pyo.value(m.f[j, g]) * problem.tables[j].hash_size + 1e-6))
+    bound = results.problem.lower_bound if hasattr(results, "problem") else None
+    bound = float(bound) if bound is not None and math.isfinite(float(bound)) else None
+    status = "optimal" if tc == TerminationCondition.optimal else "time_limit"
+    log.info("%s: %s after %.1fs, objective %.4f ms", options.solver, status, seconds, pyo.value(m.z))
+    return MilpResult(Plan(f"milp_{options.solver}", tuple(gpu), tuple(rows)), status, float(pyo.value(m.z)),
+                      bound, seconds)

@@ -1,0 +1,117 @@
+"""Plain-data inputs of the solver, built from a stats partition + model and hardware configs."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from recshard_stats.config import HardwareConfig, ModelConfig
+from recshard_stats.errors import Reason, RecShardError, fmt_bytes
+from recshard_stats.stats import StatsPartition
+from recshard_stats.statistics import CountOfCounts
+
+
+@dataclasses.dataclass(frozen=True)
+class TableDemand:
+    """One embedding table as the cost model sees it."""
+    name: str
+    features: tuple[str, ...]
+    hash_size: int
+    dim: int
+    hash: str
+    row_bytes: float
+    accesses_per_batch: float      # a_j = B * cov_j * pf_j (ids per sample, summed over features)
+    coc: CountOfCounts             # access count -> rows, from the profile
+    pooling_factor: float          # mean ids per present sample (TorchRec export)
+
+    @property
+    def size_bytes(self) -> float:
+        return self.hash_size * self.row_bytes
+
+    @property
+    def unique_rows(self) -> int:
+        return min(self.coc.unique_rows, self.hash_size)
+
+    def hbm_fraction(self, rows_hbm) -> np.ndarray:
+        """F(h): share of accesses served by the h hottest rows (exact, from count-of-counts)."""
+        return self.coc.cdf(rows_hbm)
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    tables: tuple[TableDemand, ...]
+    hardware: HardwareConfig
+    stats_digest: str = ""
+
+    @property
+    def num_gpus(self) -> int:
+        return self.hardware.num_gpus
+
+    @property
+    def hbm_capacity(self) -> float:
+        """Usable HBM bytes per GPU (after the reserve)."""
+        return float(self.hardware.usable_hbm_bytes)
+
+    def uvm_time(self, j: int) -> float:
+        """Per-batch time of table j with every access served from UVM (seconds)."""
+        t = self.tables[j]
+        return t.accesses_per_batch * t.row_bytes / self.hardware.uvm_bandwidth
+
+    def hbm_time(self, j: int) -> float:
+        t = self.tables[j]
+        return t.accesses_per_batch * t.row_bytes / self.hardware.hbm_bandwidth
+
+    def table_cost(self, j: int, rows_hbm) -> float:
+        """The cost model: per-batch seconds of table j with its rows_hbm hottest rows in HBM."""
+        f = float(self.tables[j].hbm_fraction(rows_hbm))
+        return self.uvm_time(j) - (self.uvm_time(j) - self.hbm_time(j)) * f
+
+    def check_capacity(self) -> None:
+        """Infeasible whatever the plan: all tables must fit in HBM + host memory together."""
+        total = sum(t.size_bytes for t in self.tables)
+        hbm = self.num_gpus * self.hbm_capacity
+        host_needed = total - hbm
+        if host_needed > self.hardware.host_bytes:
+            raise RecShardError(
+                Reason.INFEASIBLE_HOST,
+                f"tables need {fmt_bytes(total)} in all; with {fmt_bytes(hbm)} of usable HBM "
+                f"({self.num_gpus} GPUs x {fmt_bytes(self.hbm_capacity)}) they need {fmt_bytes(host_needed)} "
+                f"of host memory, config gives {fmt_bytes(self.hardware.host_bytes)} "
+                f"(short by {fmt_bytes(host_needed - self.hardware.host_bytes)})",
+                fixes=("raise host_gib", "add GPUs", "shrink hash sizes or dims"),
+                context={"needed_bytes": int(host_needed), "host_bytes": self.hardware.host_bytes})
+
+
+def build_problem(stats: StatsPartition, model: ModelConfig, hardware: HardwareConfig) -> Problem:
+    rows = {r["table"]: r for r in stats.rows("tables")}
+    features = {r["feature"]: r for r in stats.rows("features")}
+    tables = []
+    for table in model.tables:
+        if table.name not in rows:
+            raise RecShardError(Reason.STATS_INVALID, f"stats at {stats.path} have no table {table.name!r}",
+                                fixes=("profile with this model config",))
+        row = rows[table.name]
+        if row["hash_size"] != table.hash_size:
+            raise RecShardError(Reason.STATS_INVALID,
+                                f"table {table.name!r}: stats were computed with hash_size {row['hash_size']}, "
+                                f"model config says {table.hash_size}", fixes=("re-run the profile",))
+        present = sum(features[f]["present_samples"] for f in table.features)
+        pooling = row["total_accesses"] / present if present else 0.0
+        tables.append(TableDemand(
+            name=table.name, features=table.features, hash_size=table.hash_size, dim=table.dim,
+            hash=table.hash, row_bytes=hardware.row_bytes(table.dim),
+            accesses_per_batch=hardware.batch_size * row["accesses_per_sample"],
+            coc=stats.count_of_counts("table", table.name), pooling_factor=pooling))
+    return Problem(tuple(tables), hardware, stats.metadata.get("model_digest", ""))
+
+
+def breakpoints(table: TableDemand, num: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, F) at ~num log-spaced points from 0 to unique_rows: the chords the MILP uses."""
+    u = table.unique_rows
+    if u == 0:
+        return np.array([0.0]), np.array([0.0])
+    pts = np.unique(np.round(np.logspace(0, math.log10(u), max(num - 1, 1))))
+    pts = np.unique(np.concatenate([[0.0], pts, [float(u)]]))
+    return pts, table.hbm_fraction(pts)

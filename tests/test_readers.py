@@ -1,0 +1,53 @@
+"""Malformed input is counted and reported, never silently dropped."""
+
+import pytest
+
+from recshard_stats.errors import RecShardError
+from recshard_stats.stats import load_stats
+from helpers import run_profile, write_yaml
+
+MODEL = {"name": "c", "input": {"format": "criteo_tsv"},
+         "features": [{"name": "C1", "type": "hex"}, {"name": "C2", "type": "hex"}],
+         "tables": [{"name": "t1", "features": ["C1"], "hash_size": 100, "dim": 8},
+                    {"name": "t2", "features": ["C2"], "hash_size": 100, "dim": 8}]}
+
+
+def line(label="1", ints=("",) * 13, c1="0a", c2="ff", rest=("",) * 24):
+    return "\t".join([label, *ints, c1, c2, *rest])
+
+
+def test_tsv_rejects_are_counted_per_column_and_reason(spark, tmp_path):
+    lines = [line(), line(c1=""), line(c1="zz"), line(label="x"), "too\tfew\tfields",
+             line() + "\textra", line(ints=("7",) * 12 + ("1.5",)), line(c2="1F")]
+    (tmp_path / "day.tsv").write_text("\n".join(lines) + "\n")
+    model = write_yaml(tmp_path / "m.yaml", MODEL)
+    stats = load_stats(run_profile(model, tmp_path / "day.tsv", tmp_path / "out", "2026-12-01",
+                                   "--max-reject-fraction", "0.5"))
+    rejects = {(r["column"], r["reason"]): r["count"] for r in stats.rows("rejects")}
+    assert rejects == {("C1", "not_hex"): 1, ("label", "not_integer"): 1, ("I13", "not_integer"): 1,
+                       ("*", "wrong_field_count"): 2}
+    assert stats.metadata["input_rows"] == 8 and stats.metadata["rejected_rows"] == 2
+    f = {r["feature"]: r for r in stats.rows("features")}
+    assert f["C1"]["num_samples"] == 6 and f["C1"]["present_samples"] == 4 and f["C1"]["rejected_values"] == 1
+    assert f["C2"]["present_samples"] == 6 and f["C2"]["unique_raw_ids"] == 2  # ff and 1F
+
+
+def test_too_many_rejects_fails_with_the_count(spark, tmp_path):
+    (tmp_path / "day.tsv").write_text("\n".join([line()] * 8 + ["bad row"] * 2) + "\n")
+    model = write_yaml(tmp_path / "m.yaml", MODEL)
+    with pytest.raises(RecShardError, match=r"2 unparseable rows out of 10 rows \(20.00%\)"):
+        run_profile(model, tmp_path / "day.tsv", tmp_path / "out")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_schema_mismatch_names_the_column(spark, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "logs").mkdir()
+    pq.write_table(pa.table({"a": pa.array([1, 2], pa.int64())}), tmp_path / "logs" / "p.parquet")
+    model = write_yaml(tmp_path / "m.yaml", {
+        "features": [{"name": "a", "type": "array<int64>"}],
+        "tables": [{"name": "t", "features": ["a"], "hash_size": 10, "dim": 4}]})
+    with pytest.raises(RecShardError, match="column 'a' has type bigint, model config says array<int64>"):
+        run_profile(model, tmp_path / "logs", tmp_path / "out")
