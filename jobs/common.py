@@ -46,3 +46,31 @@ def run_main(body: Callable[[], int | None]) -> int:
         for key, value in exc.context.items():
             print(f"  {key}: {value}", file=sys.stderr)
         return 2
+
+
+def local_uri(path) -> str:
+    """An explicit local-filesystem URI (``Path.as_uri`` would escape the ``=`` of ``ds=``)."""
+    import pathlib
+
+    return "file://" + str(pathlib.Path(path).resolve())
+
+
+def read_normalized(spark, model, inputs: list[str], sample_fraction: float = 1.0, seed: int = 0):
+    """The logs at ``inputs`` (format from the model config) as the normalized frame of
+    :mod:`recshard_stats.readers`, optionally Bernoulli-sampled."""
+    from recshard_stats.errors import Reason, RecShardError
+    from recshard_stats.output import HadoopFS
+    from recshard_stats.readers import normalize_criteo_tsv, normalize_parquet
+
+    fs = HadoopFS(spark, inputs[0])
+    missing = [p for p in inputs if not fs.exists(p)]
+    if missing:
+        raise RecShardError(Reason.INPUT_MISSING, f"input path(s) not found: {missing}",
+                            fixes=("check --input and that the day's logs have landed",))
+
+    def sample(df):
+        return df if sample_fraction >= 1 else df.sample(fraction=sample_fraction, seed=seed)
+
+    if model.input_format == "criteo_tsv":
+        return normalize_criteo_tsv(sample(spark.read.text(inputs)), model)
+    return normalize_parquet(sample(spark.read.parquet(*inputs)), model, source=", ".join(inputs))

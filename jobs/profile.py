@@ -11,7 +11,7 @@ import datetime
 import logging
 import sys
 
-from jobs.common import run_main, setup_logging, spark_session
+from jobs.common import read_normalized, run_main, setup_logging, spark_session
 
 log = logging.getLogger("recshard.profile")
 
@@ -47,9 +47,8 @@ def run(args: argparse.Namespace) -> str:
 
     from recshard_stats.config import load_model_config
     from recshard_stats.errors import Reason, RecShardError
-    from recshard_stats.output import HadoopFS, publish_profile
+    from recshard_stats.output import publish_profile
     from recshard_stats.profile import profile
-    from recshard_stats.readers import normalize_criteo_tsv, normalize_parquet
 
     model = load_model_config(args.model)
     if not 0 < args.sample_fraction <= 1:
@@ -57,15 +56,7 @@ def run(args: argparse.Namespace) -> str:
     if args.cdf_points < 2:
         raise RecShardError(Reason.CONFIG_INVALID, f"--cdf-points must be at least 2, got {args.cdf_points}")
     spark = spark_session("recshard-profile", args.master, args.driver_memory)
-    fs = HadoopFS(spark, args.input[0])
-    missing = [p for p in args.input if not fs.exists(p)]
-    if missing:
-        raise RecShardError(Reason.INPUT_MISSING, f"input path(s) not found: {missing}",
-                            fixes=("check --input and that the day's logs have landed",))
-    if model.input_format == "criteo_tsv":
-        frame = normalize_criteo_tsv(_sample(spark.read.text(args.input), args), model)
-    else:
-        frame = normalize_parquet(_sample(spark.read.parquet(*args.input), args), model, source=", ".join(args.input))
+    frame = read_normalized(spark, model, args.input, args.sample_fraction, args.seed)
     result = profile(spark, frame, model, cdf_points=args.cdf_points, with_row_counts=args.row_counts,
                      max_reject_fraction=args.max_reject_fraction)
     metadata = {
@@ -81,10 +72,6 @@ def run(args: argparse.Namespace) -> str:
     target = publish_profile(spark, result, args.out, args.ds, metadata)
     log.info("profiled %d samples (%d rows rejected) -> %s", metadata["num_samples"], result.rejected_rows, target)
     return target
-
-
-def _sample(df, args):
-    return df if args.sample_fraction >= 1 else df.sample(fraction=args.sample_fraction, seed=args.seed)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,8 +21,25 @@ def _generate(args) -> None:
                    processes=args.processes))
 
 
+SOLVE_EXAMPLES = """examples:
+  recshard solve --stats stats/ds=2026-12-01 --model conf/synthetic.yaml --hardware conf/hardware.yaml --out manifests
+  recshard solve ... --solver glpk --time-limit 30 --mip-gap 0.02
+"""
+
+
+def _solve(args) -> None:
+    from solver.manifest import solve_to_manifest
+    from solver.milp import MilpOptions
+
+    options = MilpOptions(solver=args.solver, time_limit_s=args.time_limit, mip_gap=args.mip_gap,
+                          cdf_segments=args.cdf_segments, symmetry_breaking=not args.no_symmetry_breaking)
+    print(solve_to_manifest(args.stats, args.model, args.hardware, args.out, args.ds, options))
+
+
 def build_parser() -> argparse.ArgumentParser:
     from jobs import profile as profile_job
+    from jobs import evaluate as evaluate_job
+    from jobs import remap as remap_job
 
     parser = argparse.ArgumentParser(prog="recshard", description="RecShard: profile logs, solve the sharding "
                                      "MILP, hand a manifest to training.", epilog=EXAMPLES,
@@ -44,6 +61,31 @@ def build_parser() -> argparse.ArgumentParser:
                           epilog=profile_job.EXAMPLES)
     profile_job.build_parser(prof)
     prof.set_defaults(func=lambda a: print(profile_job.run(a)))
+
+    solve = sub.add_parser("solve", help="solve the sharding MILP -> manifest.json", formatter_class=fmt,
+                           epilog=SOLVE_EXAMPLES)
+    solve.add_argument("--stats", required=True, help="a stats partition, <stats>/ds=<date>")
+    solve.add_argument("--model", required=True, help="model config (tables, hash sizes, dims)")
+    solve.add_argument("--hardware", required=True, help="hardware config (GPUs, HBM, host, bandwidths)")
+    solve.add_argument("--out", required=True, help="manifest root; writes <out>/ds=<date>/manifest.json")
+    solve.add_argument("--ds", default=None, help="partition date (default: the stats partition's)")
+    solve.add_argument("--solver", default="cbc", choices=("glpk", "cbc", "highs"))
+    solve.add_argument("--time-limit", type=float, default=60.0, help="seconds (default 60)")
+    solve.add_argument("--mip-gap", type=float, default=0.01, help="relative MIP gap to stop at (default 0.01)")
+    solve.add_argument("--cdf-segments", type=int, default=16,
+                       help="linear pieces of each table's access CDF in the MILP (default 16)")
+    solve.add_argument("--no-symmetry-breaking", action="store_true")
+    solve.set_defaults(func=_solve)
+
+    remap = sub.add_parser("remap", help="write remap files (hot rows first) next to a manifest (Spark)",
+                           formatter_class=fmt, epilog=remap_job.EXAMPLES)
+    remap_job.build_parser(remap)
+    remap.set_defaults(func=lambda a: print(remap_job.run(a)))
+
+    evaluate = sub.add_parser("evaluate", help="replay held-out logs through a manifest (Spark)",
+                              formatter_class=fmt, epilog=evaluate_job.EXAMPLES)
+    evaluate_job.build_parser(evaluate)
+    evaluate.set_defaults(func=lambda a: print(evaluate_job.run(a)))
     return parser
 
 

@@ -20,14 +20,13 @@ import logging
 import multiprocessing
 import os
 import pathlib
-import shutil
-import uuid
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from recshard_stats.atomic import building_dir
 from recshard_stats.config import ModelConfig, parse_model_config, read_config_file
 from recshard_stats.errors import Reason, RecShardError
 
@@ -122,29 +121,19 @@ def generate(spec_path, out, samples: int, *, seed: int = 0, chunk_rows: int = D
         raise RecShardError(Reason.CONFIG_INVALID, f"samples must be positive, got {samples}")
     _, specs = load_spec(spec_path)
     out = pathlib.Path(out)
-    tmp = out.parent / f"_tmp-{out.name}-{uuid.uuid4().hex}"
-    tmp.mkdir(parents=True)
-    jobs = [(specs, min(chunk_rows, samples - start), seed, i, str(tmp))
-            for i, start in enumerate(range(0, samples, chunk_rows))]
-    try:
+    with building_dir(out) as tmp:
+        jobs = [(specs, min(chunk_rows, samples - start), seed, i, str(tmp))
+                for i, start in enumerate(range(0, samples, chunk_rows))]
         processes = processes or min(len(jobs), os.cpu_count() or 1)
         done = 0
-        if processes == 1:
-            results = map(_write_chunk, jobs)
-        else:
-            pool = multiprocessing.get_context("spawn").Pool(processes)
-            results = pool.imap_unordered(_write_chunk, jobs)
-        for rows in results:
-            done += rows
-            log.info("generated %d / %d samples", done, samples)
-        if processes != 1:
-            pool.close()
-            pool.join()
+        pool = None if processes == 1 else multiprocessing.get_context("spawn").Pool(processes)
+        try:
+            for rows in (pool.imap_unordered(_write_chunk, jobs) if pool else map(_write_chunk, jobs)):
+                done += rows
+                log.info("generated %d / %d samples", done, samples)
+        finally:
+            if pool:
+                pool.close()
+                pool.join()
         (tmp / "_SUCCESS").write_text("")
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out

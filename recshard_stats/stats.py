@@ -29,9 +29,6 @@ class StatsPartition:
         sub = t.filter(pa.array(mask))
         return CountOfCounts.of(sub["access_count"].to_numpy(), sub["rows"].to_numpy())
 
-    def row_counts_path(self, table: str) -> pathlib.Path:
-        return self.path / "row_counts" / f"table={table}"
-
 
 def load_stats(path) -> StatsPartition:
     """A partition ``<out>/ds=<date>``: complete (``_SUCCESS``), of this schema version."""

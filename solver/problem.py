@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from recshard_stats.config import HardwareConfig, ModelConfig
+from recshard_stats.costmodel import table_seconds
 from recshard_stats.errors import Reason, RecShardError, fmt_bytes
 from recshard_stats.stats import StatsPartition
 from recshard_stats.statistics import CountOfCounts
@@ -24,7 +25,9 @@ class TableDemand:
     row_bytes: float
     accesses_per_batch: float      # a_j = B * cov_j * pf_j (ids per sample, summed over features)
     coc: CountOfCounts             # access count -> rows, from the profile
-    pooling_factor: float          # mean ids per present sample (TorchRec export)
+    pooling_factor: float          # mean ids per present sample
+    coverage: float = 1.0          # largest coverage among its features
+    feature_pooling: tuple[float, ...] = ()  # mean ids per sample, per feature (TorchRec's pooling_factors)
 
     @property
     def size_bytes(self) -> float:
@@ -54,19 +57,19 @@ class Problem:
         """Usable HBM bytes per GPU (after the reserve)."""
         return float(self.hardware.usable_hbm_bytes)
 
-    def uvm_time(self, j: int) -> float:
-        """Per-batch time of table j with every access served from UVM (seconds)."""
-        t = self.tables[j]
-        return t.accesses_per_batch * t.row_bytes / self.hardware.uvm_bandwidth
-
-    def hbm_time(self, j: int) -> float:
-        t = self.tables[j]
-        return t.accesses_per_batch * t.row_bytes / self.hardware.hbm_bandwidth
-
     def table_cost(self, j: int, rows_hbm) -> float:
         """The cost model: per-batch seconds of table j with its rows_hbm hottest rows in HBM."""
-        f = float(self.tables[j].hbm_fraction(rows_hbm))
-        return self.uvm_time(j) - (self.uvm_time(j) - self.hbm_time(j)) * f
+        t, hw = self.tables[j], self.hardware
+        return table_seconds(t.accesses_per_batch, t.row_bytes, float(t.hbm_fraction(rows_hbm)),
+                             hw.hbm_bandwidth, hw.uvm_bandwidth)
+
+    def uvm_time(self, j: int) -> float:
+        """Per-batch seconds of table j with every access served from UVM."""
+        return self.table_cost(j, 0)
+
+    def hbm_time(self, j: int) -> float:
+        """Per-batch seconds of table j with every access served from HBM."""
+        return self.table_cost(j, self.tables[j].hash_size)
 
     def check_capacity(self) -> None:
         """Infeasible whatever the plan: all tables must fit in HBM + host memory together."""
@@ -103,7 +106,9 @@ def build_problem(stats: StatsPartition, model: ModelConfig, hardware: HardwareC
             name=table.name, features=table.features, hash_size=table.hash_size, dim=table.dim,
             hash=table.hash, row_bytes=hardware.row_bytes(table.dim),
             accesses_per_batch=hardware.batch_size * row["accesses_per_sample"],
-            coc=stats.count_of_counts("table", table.name), pooling_factor=pooling))
+            coc=stats.count_of_counts("table", table.name), pooling_factor=pooling,
+            coverage=max(features[f]["coverage"] for f in table.features),
+            feature_pooling=tuple(features[f]["pf_mean"] for f in table.features)))
     return Problem(tuple(tables), hardware, stats.metadata.get("model_digest", ""))
 
 

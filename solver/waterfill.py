@@ -5,8 +5,10 @@ Moving one row of table j from UVM to HBM saves ``row_bytes_j * a_j * (1/BW_uvm 
 accesses; per HBM byte that is ``(B / N) * (1/BW_uvm - 1/BW_hbm) * c``: the same for every
 table. So the best split of a GPU's HBM fills rows in decreasing access count, across its
 tables, until the bytes run out (a fractional knapsack over the count-of-counts segments,
-optimal up to one row per table). Rows never seen go last: they save nothing predicted but
-cost nothing to keep in HBM when room is left.
+optimal up to one row per table). Rows never seen save nothing predicted; they go to HBM only
+by whole tables (a table whose remaining rows all fit is made fully HBM-resident, the
+``fused`` kernel), so a plan's HBM part is always "the seen rows, hottest first" or "all
+rows" -- which keeps the remap and the trainer's tier lookup exact and simple.
 """
 
 from __future__ import annotations
@@ -39,10 +41,10 @@ def split(problem: Problem, tables: list[int], capacity: float) -> dict[int, int
             left -= take * rb
     for j in sorted(tables, key=lambda j: -problem.uvm_time(j)):
         t = problem.tables[j]
-        take = min(t.hash_size - rows[j], int(left // t.row_bytes))
-        if take > 0:
-            rows[j] += take
-            left -= take * t.row_bytes
+        rest = t.hash_size - rows[j]
+        if 0 < rest and rest * t.row_bytes <= left:
+            rows[j] = t.hash_size
+            left -= rest * t.row_bytes
     return rows
 
 
