@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import pathlib
 import sys
 
 from recshard_stats.errors import RecShardError
@@ -34,6 +35,55 @@ def _solve(args) -> None:
     options = MilpOptions(solver=args.solver, time_limit_s=args.time_limit, mip_gap=args.mip_gap,
                           cdf_segments=args.cdf_segments, symmetry_breaking=not args.no_symmetry_breaking)
     print(solve_to_manifest(args.stats, args.model, args.hardware, args.out, args.ds, options))
+
+
+RUN_EXAMPLES = """examples:
+  recshard run                                      # 200k samples/day into ./example_run
+  recshard run --samples 2000000 --solver highs --out /tmp/big_run
+"""
+CONF = pathlib.Path(__file__).resolve().parents[1] / "conf"
+
+
+def _report(args) -> None:
+    from recshard_stats.report import write_report
+
+    print(write_report(args.manifest, args.out, args.stats, args.evaluation))
+
+
+def _run(args) -> None:
+    """Each stage through its own entry point, exactly as a user would call it."""
+    import datetime
+
+    from jobs import evaluate as evaluate_job
+    from jobs import profile as profile_job
+    from jobs import remap as remap_job
+    from recshard_stats.generate import generate
+
+    out = pathlib.Path(args.out)
+    held_out = (datetime.date.fromisoformat(args.ds) + datetime.timedelta(days=1)).isoformat()
+    steps = 6
+    print(f"[1/{steps}] generating {args.samples} samples for {args.ds} and {held_out}", flush=True)
+    logs = {ds: generate(args.spec, out / "logs" / f"ds={ds}", args.samples, seed=seed)
+            for seed, ds in enumerate((args.ds, held_out))}
+    print(f"[2/{steps}] profiling {args.ds}", flush=True)
+    stats = profile_job.run(profile_job.build_parser().parse_args(
+        ["--model", args.spec, "--input", str(logs[args.ds]), "--out", str(out / "stats"), "--ds", args.ds,
+         "--row-counts"]))
+    print(f"[3/{steps}] solving with {args.solver}", flush=True)
+    _solve(build_parser().parse_args(
+        ["solve", "--stats", str(stats), "--model", args.spec, "--hardware", args.hardware,
+         "--out", str(out / "manifests"), "--solver", args.solver, "--time-limit", str(args.time_limit)]))
+    manifest = out / "manifests" / f"ds={args.ds}"
+    print(f"[4/{steps}] writing remap files", flush=True)
+    remap_job.run(remap_job.build_parser().parse_args(["--manifest", str(manifest), "--stats", str(stats)]))
+    print(f"[5/{steps}] replaying the held-out day {held_out}", flush=True)
+    evaluate_job.run(evaluate_job.build_parser().parse_args(
+        ["--manifest", str(manifest), "--logs", str(logs[held_out])]))
+    print(f"[6/{steps}] writing the report", flush=True)
+    from recshard_stats.report import write_report
+
+    report = write_report(manifest, out / "report.html", stats)
+    print(f"done: manifest {manifest / 'manifest.json'}, report {report}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,6 +136,26 @@ def build_parser() -> argparse.ArgumentParser:
                               formatter_class=fmt, epilog=evaluate_job.EXAMPLES)
     evaluate_job.build_parser(evaluate)
     evaluate.set_defaults(func=lambda a: print(evaluate_job.run(a)))
+
+    report = sub.add_parser("report", help="self-contained HTML report of a plan", formatter_class=fmt,
+                            epilog="example:\n  recshard report --manifest manifests/ds=2026-12-01 --out report.html")
+    report.add_argument("--manifest", required=True, help="manifest.json or its directory")
+    report.add_argument("--stats", default=None, help="stats partition (default: the manifest's inputs.stats)")
+    report.add_argument("--evaluation", default=None,
+                        help="evaluation JSON (default: evaluation.json beside the manifest, if any)")
+    report.add_argument("--out", required=True, help="HTML file to write")
+    report.set_defaults(func=_report)
+
+    run = sub.add_parser("run", help="the whole pipeline on generated logs: generate, profile, solve, remap, "
+                         "evaluate on a held-out day, report", formatter_class=fmt, epilog=RUN_EXAMPLES)
+    run.add_argument("--out", default="example_run", help="working directory (default: example_run)")
+    run.add_argument("--spec", default=str(CONF / "synthetic.yaml"), help="synthetic model config")
+    run.add_argument("--hardware", default=str(CONF / "hardware_example.yaml"))
+    run.add_argument("--samples", type=int, default=200_000, help="samples per generated day (default 200000)")
+    run.add_argument("--solver", default="cbc", choices=("glpk", "cbc", "highs"))
+    run.add_argument("--time-limit", type=float, default=60.0)
+    run.add_argument("--ds", default="2026-12-01", help="the profiled day; the next day is held out")
+    run.set_defaults(func=_run)
     return parser
 
 

@@ -37,9 +37,42 @@ class TableDemand:
     def unique_rows(self) -> int:
         return min(self.coc.unique_rows, self.hash_size)
 
+    @property
+    def unseen_probability(self) -> float:
+        """Chance that an access of new data hits a row the profile never saw: Good-Turing's
+        estimate that an id is new (rows seen exactly once / accesses), times the chance that a
+        new id hashes to an unseen row. Without it every plan looks better on paper than on
+        the next day's data (see `recshard evaluate`)."""
+        total = self.coc.total_accesses
+        if total == 0 or self.unique_rows >= self.hash_size:
+            return 0.0
+        return self.singletons / total * (self.hash_size - self.unique_rows) / self.hash_size
+
+    @property
+    def singletons(self) -> int:
+        return int(self.coc.rows[self.coc.counts == 1].sum())
+
+    @property
+    def row_values(self) -> np.ndarray:
+        """Expected accesses of new data per profiled access count class (hottest first): the
+        profiled count, except rows seen once, which give up the unseen mass (Good-Turing: the
+        mass of new ids is estimated from, and taken from, the ids seen once)."""
+        values = self.coc.counts.astype(np.float64)
+        if self.singletons:
+            values[self.coc.counts == 1] = 1.0 - self.unseen_probability * self.coc.total_accesses / self.singletons
+        return values
+
     def hbm_fraction(self, rows_hbm) -> np.ndarray:
-        """F(h): share of accesses served by the h hottest rows (exact, from count-of-counts)."""
-        return self.coc.cdf(rows_hbm)
+        """Predicted share of new data's accesses served by HBM with the rows_hbm hottest rows
+        there (``row_values`` over the CDF of seen rows); the whole table serves everything."""
+        rows_hbm = np.asarray(rows_hbm, dtype=np.float64)
+        total = self.coc.total_accesses
+        if total == 0:
+            return np.zeros_like(rows_hbm)
+        seen = self.coc.top_accesses(np.minimum(rows_hbm, self.unique_rows))
+        deficit = (1.0 - self.row_values[-1]) * np.maximum(0.0, rows_hbm - (self.unique_rows - self.singletons)) \
+            if self.singletons else 0.0
+        return np.where(rows_hbm >= self.hash_size, 1.0, (seen - np.minimum(deficit, seen)) / total)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,10 +146,12 @@ def build_problem(stats: StatsPartition, model: ModelConfig, hardware: HardwareC
 
 
 def breakpoints(table: TableDemand, num: int) -> tuple[np.ndarray, np.ndarray]:
-    """(rows, F) at ~num log-spaced points from 0 to unique_rows: the chords the MILP uses."""
+    """(rows, F) at ~num log-spaced points from 0 to unique_rows, then the whole table: the
+    chords the MILP uses. The last chord prices never-seen rows fractionally (a relaxation;
+    the water-filling split takes them only with the whole table)."""
     u = table.unique_rows
     if u == 0:
         return np.array([0.0]), np.array([0.0])
     pts = np.unique(np.round(np.logspace(0, math.log10(u), max(num - 1, 1))))
-    pts = np.unique(np.concatenate([[0.0], pts, [float(u)]]))
+    pts = np.unique(np.concatenate([[0.0], pts, [float(u), float(table.hash_size)]]))
     return pts, table.hbm_fraction(pts)

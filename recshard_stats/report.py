@@ -1,0 +1,214 @@
+"""``recshard report``: one self-contained HTML page (figures embedded as PNG) for a plan.
+
+Figures: access CDFs per table (log rows), pooling-factor histograms, coverage and unused
+rows, per-GPU cost and HBM use of RecShard vs each baseline, and -- when an evaluation
+sits beside the manifest -- predicted vs replayed HBM hit rates. Needs matplotlib (the
+``report`` extra); nothing is fetched at view time.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import pathlib
+
+import numpy as np
+
+from recshard_stats.atomic import write_text_atomic
+from recshard_stats.manifest import load_manifest
+from recshard_stats.stats import StatsPartition, load_stats
+
+FIGURES = ("access_cdf", "pooling", "coverage_unused", "gpu_cost", "gpu_hbm")
+
+
+def _png(fig) -> str:
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=96, bbox_inches="tight")
+    plt.close(fig)
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def _colors(n: int):
+    import matplotlib.pyplot as plt
+
+    cmap = plt.get_cmap("tab20")
+    return [cmap(i % 20) for i in range(n)]
+
+
+def fig_access_cdf(stats: StatsPartition, manifest: dict):
+    import matplotlib.pyplot as plt
+
+    cdf = stats.tables["access_cdf"].to_pandas()
+    cdf = cdf[cdf.level == "table"]
+    fig, ax = plt.subplots(figsize=(9, 5))
+    placed = {t["name"]: t for t in manifest["tables"]}
+    for color, (name, group) in zip(_colors(cdf.name.nunique()), cdf.groupby("name", sort=True)):
+        ax.plot(group.rows, group.access_fraction, color=color, label=name, lw=1.2)
+        rows_hbm = placed.get(name, {}).get("rows_hbm", 0)
+        if 0 < rows_hbm <= group.rows.max():
+            ax.plot([rows_hbm], [np.interp(rows_hbm, group.rows, group.access_fraction)], "o", color=color, ms=4)
+    ax.set_xscale("log")
+    ax.set_xlabel("hottest rows (log scale); dot = rows the plan keeps in HBM")
+    ax.set_ylabel("share of accesses")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, ncol=2, loc="lower right")
+    ax.set_title("Access CDF per table")
+    return fig
+
+
+def fig_pooling(stats: StatsPartition):
+    import matplotlib.pyplot as plt
+
+    hist = stats.tables["pooling_histogram"].to_pandas()
+    hist = hist[hist.pooling_factor > 0]
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for color, (name, group) in zip(_colors(hist.feature.nunique()), hist.groupby("feature", sort=True)):
+        if len(group) > 1:
+            ax.plot(group.pooling_factor, group.samples, ".-", color=color, label=name, lw=0.8, ms=3)
+        else:
+            ax.plot(group.pooling_factor, group.samples, "o", color=color, label=name, ms=4)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("pooling factor (ids per present sample)")
+    ax.set_ylabel("samples")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, ncol=3)
+    ax.set_title("Pooling-factor histograms")
+    return fig
+
+
+def fig_coverage_unused(stats: StatsPartition):
+    import matplotlib.pyplot as plt
+
+    features = stats.tables["features"].to_pandas()
+    tables = stats.tables["tables"].to_pandas()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.5))
+    a.barh(features.feature, features.coverage, color="#4c72b0")
+    a.set_xscale("log")
+    a.set_xlabel("coverage (share of samples, log)")
+    a.invert_yaxis()
+    a.set_title("Coverage per feature")
+    unused = tables.unused_rows / tables.hash_size
+    b.barh(tables.table, unused, color="#dd8452", label="never accessed")
+    b.barh(tables.table, 1 - unused, left=unused, color="#55a868", label="accessed")
+    b.set_xlabel("share of hash rows")
+    b.invert_yaxis()
+    b.legend(fontsize=7, loc="lower right")
+    b.set_title("Unused rows per table (birthday paradox + long tail)")
+    for axis in (a, b):
+        axis.tick_params(axis="y", labelsize=6)
+    return fig
+
+
+def _plans(manifest: dict) -> list[tuple[str, list[float], list[int]]]:
+    """(name, per-GPU cost ms, table -> gpu) for RecShard and each baseline."""
+    out = [("recshard", [g["predicted_cost_ms"] for g in manifest["gpus"]], [t["gpu"] for t in manifest["tables"]])]
+    out += [(b["name"], b["gpu_cost_ms"], b["gpu"]) for b in manifest["plan"]["baselines"]]
+    return out
+
+
+def fig_gpu_cost(manifest: dict):
+    import matplotlib.pyplot as plt
+
+    plans = _plans(manifest)
+    gpus = np.arange(len(manifest["gpus"]))
+    width = 0.8 / len(plans)
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for i, (name, costs, _) in enumerate(plans):
+        ax.bar(gpus + i * width, costs, width, label=f"{name} (max {max(costs):.3f} ms)")
+    ax.axhline(manifest["plan"]["lower_bound_ms"], color="k", ls="--", lw=1, label="lower bound")
+    ax.set_xticks(gpus + 0.4 - width / 2, [f"GPU {g}" for g in gpus])
+    ax.set_ylabel("predicted embedding time per batch (ms)")
+    ax.legend(fontsize=7)
+    ax.set_title("Per-GPU cost: RecShard vs greedy baselines")
+    return fig
+
+
+def fig_gpu_hbm(manifest: dict):
+    import matplotlib.pyplot as plt
+
+    used = np.array([g["hbm_bytes_used"] for g in manifest["gpus"]]) / 2**30
+    cap = manifest["gpus"][0]["hbm_bytes_capacity"] / 2**30
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    ax.bar(np.arange(len(used)), used, color="#55a868", label="RecShard HBM rows")
+    ax.axhline(cap, color="r", ls="--", lw=1, label=f"usable HBM ({cap:.2f} GiB)")
+    ax.set_xticks(np.arange(len(used)), [f"GPU {g}" for g in range(len(used))])
+    ax.set_ylabel("GiB")
+    ax.legend(fontsize=7)
+    ax.set_title("HBM used per GPU")
+    return fig
+
+
+def fig_replay(evaluation: dict):
+    import matplotlib.pyplot as plt
+
+    tables = evaluation["tables"]
+    x = np.arange(len(tables))
+    fig, ax = plt.subplots(figsize=(11, 4))
+    ax.bar(x - 0.2, [t["predicted_hbm_access_fraction"] for t in tables], 0.4, label="predicted (profile day)")
+    ax.bar(x + 0.2, [t["hbm_access_fraction"] for t in tables], 0.4, label="replayed (held-out day)")
+    ax.set_xticks(x, [t["name"] for t in tables], rotation=70, fontsize=6)
+    ax.set_ylabel("share of accesses served by HBM")
+    ax.legend(fontsize=7)
+    ax.set_title("HBM hit rate per table: prediction vs held-out replay")
+    return fig
+
+
+def _summary_table(manifest: dict, evaluation: dict | None) -> str:
+    plan = manifest["plan"]
+    rows = [("recshard", plan["objective_ms"], plan["imbalance"], plan["uvm_access_fraction"], 1.0)]
+    rows += [(b["name"], b["max_cost_ms"], b["imbalance"], b["uvm_access_fraction"], b["cost_vs_recshard"])
+             for b in plan["baselines"]]
+    replay = (evaluation or {}).get("plans", {})
+    head = ("<tr><th>plan</th><th>max GPU ms/batch</th><th>imbalance</th><th>UVM accesses</th>"
+            "<th>cost vs RecShard</th><th>replayed ms</th><th>replayed UVM</th></tr>")
+    body = "".join(
+        f"<tr><td>{html.escape(n)}</td><td>{c:.4f}</td><td>{i:.2f}</td><td>{u:.2%}</td><td>{r:.2f}x</td>"
+        + (f"<td>{replay[n]['max_cost_ms']:.4f}</td><td>{replay[n]['uvm_access_fraction']:.2%}</td>"
+           if n in replay else "<td>-</td><td>-</td>") + "</tr>"
+        for n, c, i, u, r in rows)
+    return f"<table>{head}{body}</table>"
+
+
+def render(manifest_path, stats_path=None, evaluation_path=None) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    manifest = load_manifest(manifest_path, verify_checksums=False)
+    data = manifest.data
+    stats = load_stats(stats_path or data["inputs"]["stats"])
+    evaluation_path = evaluation_path or manifest.path.parent / "evaluation.json"
+    evaluation = json.loads(pathlib.Path(evaluation_path).read_text()) \
+        if pathlib.Path(evaluation_path).is_file() else None
+    figures = [("access_cdf", fig_access_cdf(stats, data)), ("pooling", fig_pooling(stats)),
+               ("coverage_unused", fig_coverage_unused(stats)), ("gpu_cost", fig_gpu_cost(data)),
+               ("gpu_hbm", fig_gpu_hbm(data))]
+    if evaluation:
+        figures.append(("replay", fig_replay(evaluation)))
+    plan = data["plan"]
+    blocks = "\n".join(f'<figure id="fig-{name}"><img alt="{name}" src="data:image/png;base64,{_png(fig)}">'
+                       f"</figure>" for name, fig in figures)
+    title = f"RecShard plan {html.escape(str(data.get('ds')))} ({html.escape(data['model']['name'])})"
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>{title}</title>
+<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}figure{{margin:1.5em 0}}img{{max-width:100%}}</style>
+</head><body>
+<h1>{title}</h1>
+<p id="summary">{len(data['tables'])} tables on {len(data['gpus'])} GPUs; solver {html.escape(plan['solver'])}
+({html.escape(plan['status'])}, plan from {html.escape(plan['source'])}); slowest GPU
+<b>{plan['objective_ms']:.4f} ms</b> per batch; lower bound {plan['lower_bound_ms']:.4f} ms;
+gap <b>{plan['gap']:.2%}</b>; {stats.metadata.get('num_samples')} samples profiled.</p>
+{_summary_table(data, evaluation)}
+{blocks}
+</body></html>
+"""
+
+
+def write_report(manifest_path, out, stats_path=None, evaluation_path=None) -> pathlib.Path:
+    return write_text_atomic(out, render(manifest_path, stats_path, evaluation_path))
