@@ -54,8 +54,9 @@ def run(args: argparse.Namespace) -> pathlib.Path:
         for t in manifest.tables.values():
             part = spark.read.parquet(local_uri(t.remap_path)).select(F.lit(t.name).alias("table"), "row", "index")
             remap = part if remap is None else remap.unionByName(part)
-        placement = spark.createDataFrame([(t.name, t.rows_hbm, t.hash_size) for t in manifest.tables.values()],
-                                          "table string, rows_hbm bigint, hash_size bigint")
+        placement = spark.createDataFrame(
+            [(t["name"], t["rows_hbm"], t.get("unseen_hbm_below_row", 0)) for t in manifest.data["tables"]],
+            "table string, rows_hbm bigint, unseen_below bigint")
         hits = {r["table"]: r.asDict() for r in tier_hits(result.row_counts, remap, placement).collect()}
     finally:
         result.release()

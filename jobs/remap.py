@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> pathlib.Path:
     from recshard_stats.atomic import building_dir
     from recshard_stats.errors import Reason, RecShardError
     from recshard_stats.manifest import MANIFEST_NAME, load_manifest, sha256_data, write_manifest
-    from recshard_stats.remap import hotter_rows, remap_rows
+    from recshard_stats.remap import hotter_rows, remap_rows, unseen_hbm_below
     from recshard_stats.stats import load_stats
     from solver.manifest import stats_digest
 
@@ -72,9 +72,16 @@ def run(args: argparse.Namespace) -> pathlib.Path:
         staging = tmp / "_staging"
         row_counts = spark.read.parquet(local_uri(stats.path / "row_counts"))
         log.info("remapping %d tables", len(names))
-        (remap_rows(row_counts.where(row_counts.table.isin(names)), hotter_rows(spark, stats, names))
-         .repartition("table").sortWithinPartitions("table", "index")
+        remapped = remap_rows(row_counts.where(row_counts.table.isin(names)), hotter_rows(spark, stats, names))
+        (remapped.repartition("table").sortWithinPartitions("table", "index")
          .write.partitionBy("table").parquet(local_uri(staging)))
+        spill = [(t["name"], t["rows_hbm"] - t["unique_rows"], t["unique_rows"]) for t in data["tables"]
+                 if t["rows_hbm"] > t["unique_rows"]]
+        below = {}
+        if spill:
+            written = spark.read.parquet(local_uri(staging))
+            below = {r["table"]: r["below_row"] for r in unseen_hbm_below(
+                written, spark.createDataFrame(spill, "table string, k bigint, n_seen bigint")).collect()}
         (tmp / "remap").mkdir()
         for t in data["tables"]:
             written = staging / f"table={t['name']}"
@@ -91,6 +98,7 @@ def run(args: argparse.Namespace) -> pathlib.Path:
                                     f"table {t['name']!r}: {rows} rows remapped, stats count {t['unique_rows']}",
                                     fixes=("re-run the profile with --row-counts",))
             t["remap"] = {"path": f"remap/{t['name']}.parquet", "sha256": sha256_data(target), "rows": rows}
+            t["unseen_hbm_below_row"] = below.get(t["name"], 0)
         shutil.rmtree(staging)
         write_manifest(tmp / MANIFEST_NAME, data)
         log.info("remap files for %d tables written; manifest updated with checksums", len(names))

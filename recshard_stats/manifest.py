@@ -12,9 +12,9 @@ Needs numpy and pyarrow only (no Spark, no Pyomo)::
 The remap of a table orders its rows hottest first: the ``n_seen`` rows accessed while
 profiling get indices ``[0, n_seen)`` (access count descending, row ascending), the rows
 never seen follow in row order. Indices ``[0, rows_hbm)`` live in HBM, the rest in UVM, so
-``index`` returned for the UVM tier is ``new_index - rows_hbm``. A plan keeps either the
-seen rows' hot head in HBM (``rows_hbm <= n_seen``) or the whole table (``rows_hbm ==
-hash_size``).
+``index`` returned for the UVM tier is ``new_index - rows_hbm``. When ``rows_hbm > n_seen``
+the never-seen rows below ``unseen_hbm_below_row`` are the ones in HBM (new ids hash
+uniformly, so which unseen rows does not matter; row order makes it reproducible).
 
 Every referenced file is a path relative to the manifest's directory (never absolute, never
 escaping it) with a SHA-256 the loader checks.
@@ -221,10 +221,8 @@ def _check_structure(data: Any, path: pathlib.Path) -> None:
         if t["rows_hbm"] + t["rows_uvm"] != t["hash_size"]:
             raise _invalid(f"{where}: rows_hbm {t['rows_hbm']} + rows_uvm {t['rows_uvm']} != hash_size "
                            f"{t['hash_size']}", path=path)
-        if t["unique_rows"] > t["hash_size"] or not (t["rows_hbm"] <= t["unique_rows"]
-                                                     or t["rows_hbm"] == t["hash_size"]):
-            raise _invalid(f"{where}: rows_hbm {t['rows_hbm']} must be at most the {t['unique_rows']} seen rows "
-                           f"or the whole table", path=path)
+        if t["unique_rows"] > t["hash_size"]:
+            raise _invalid(f"{where}: unique_rows {t['unique_rows']} exceeds hash_size {t['hash_size']}", path=path)
         remap = t["remap"]
         if remap is not None and not (isinstance(remap, dict) and {"path", "sha256"} <= set(remap)):
             raise _invalid(f"{where}: remap must be null or {{path, sha256}}", path=path)

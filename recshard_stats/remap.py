@@ -33,3 +33,19 @@ def remap_rows(row_counts: DataFrame, hotter: DataFrame) -> DataFrame:
     return (row_counts.join(F.broadcast(hotter), ["table", "access_count"])
             .withColumn("index", F.col("hotter") + F.row_number().over(within) - 1)
             .select("table", "row", "index", "access_count"))
+
+
+def unseen_hbm_below(remapped: DataFrame, spill: DataFrame) -> DataFrame:
+    """(table, below_row): the never-seen rows under below_row are exactly ``k`` rows.
+
+    spill: (table, k, n_seen) for tables whose HBM part takes k > 0 never-seen rows. A seen
+    row s with rank r (seen rows below it) has ``s - r`` unseen rows below it; below_row is
+    ``k + r`` for the first s with ``s - r >= k``, else ``k + n_seen``. Only these tables'
+    seen rows are ranked."""
+    by_row = Window.partitionBy("table").orderBy("row")
+    ranked = (remapped.join(F.broadcast(spill.select("table", "k")), "table")
+              .withColumn("rank", F.row_number().over(by_row) - 1))
+    first = (ranked.where(F.col("row") - F.col("rank") >= F.col("k"))
+             .groupBy("table").agg(F.min("rank").alias("rank")))
+    return (spill.join(first, "table", "left")
+            .select("table", (F.col("k") + F.coalesce(F.col("rank"), F.col("n_seen"))).alias("below_row")))

@@ -17,14 +17,14 @@ def tier_hits(row_counts, remap, placement):
     the profile never saw.
 
     row_counts: (table, row, access_count); remap: (table, row, index) of seen rows;
-    placement: (table, rows_hbm, hash_size). A seen row is in HBM iff index < rows_hbm; an
-    unseen row only when the whole table is (see recshard_stats.manifest).
+    placement: (table, rows_hbm, unseen_below). A seen row is in HBM iff index < rows_hbm, a
+    never-seen one iff row < unseen_below (see recshard_stats.manifest).
     """
     from pyspark.sql import functions as F
 
     joined = (row_counts.join(remap.select("table", "row", "index"), ["table", "row"], "left")
               .join(F.broadcast(placement), "table"))
-    in_hbm = F.when(F.col("index").isNull(), F.col("rows_hbm") == F.col("hash_size")) \
+    in_hbm = F.when(F.col("index").isNull(), F.col("row") < F.col("unseen_below")) \
         .otherwise(F.col("index") < F.col("rows_hbm"))
     return joined.groupBy("table").agg(
         F.sum("access_count").alias("accesses"),

@@ -1,6 +1,6 @@
 """The RecShard MILP (DESIGN.md "Cost model and MILP") in Pyomo, and its solution as plain data.
 
-Units keep the solvers' numerics sane: cost in milliseconds per batch, HBM in GiB, and
+Units keep the solvers' numerics sane: cost in milliseconds per batch, capacities as shares, and
 ``f[j, g]`` the *fraction* of table j's rows held in HBM of GPU g (rows = f * hash_size).
 """
 
@@ -16,7 +16,7 @@ import numpy as np
 import pyomo.environ as pyo
 from pyomo.opt import TerminationCondition
 
-from recshard_stats.errors import GIB, Reason, RecShardError
+from recshard_stats.errors import Reason, RecShardError
 from solver.plan import Plan
 from solver.problem import Problem, breakpoints
 
@@ -85,13 +85,15 @@ def build_model(problem: Problem, options: MilpOptions = MilpOptions()) -> pyo.C
     m.hbm_hits_under_access_cdf = pyo.Constraint(
         m.C, rule=lambda m, j, g, c: m.y[j, g] <= cuts[c][1] * m.f[j, g] + cuts[c][2] * m.x[j, g])
 
-    cap = problem.hbm_capacity / GIB
+    # capacities in units of themselves: coefficients stay near 1 whatever the byte counts
+    cap = problem.hbm_capacity
     m.hbm_capacity = pyo.Constraint(m.G, rule=lambda m, g: sum(
-        problem.tables[j].size_bytes / GIB * m.f[j, g] for j in by_gpu.get(g, [])) <= cap
+        problem.tables[j].size_bytes / cap * m.f[j, g] for j in by_gpu.get(g, [])) <= 1
         if by_gpu.get(g) else pyo.Constraint.Skip)
-    total = sum(t.size_bytes for t in problem.tables) / GIB
+    host = problem.hardware.host_bytes
+    total = sum(t.size_bytes for t in problem.tables) / host
     m.host_capacity = pyo.Constraint(expr=total - sum(
-        problem.tables[j].size_bytes / GIB * m.f[j, g] for j, g in allowed) <= problem.hardware.host_bytes / GIB)
+        problem.tables[j].size_bytes / host * m.f[j, g] for j, g in allowed) <= 1)
 
     def gpu_cost(m, g):
         return sum(_MS * (problem.uvm_time(j) * m.x[j, g] - (problem.uvm_time(j) - problem.hbm_time(j)) * m.y[j, g])

@@ -54,25 +54,34 @@ class TableDemand:
 
     @property
     def row_values(self) -> np.ndarray:
-        """Expected accesses of new data per profiled access count class (hottest first): the
-        profiled count, except rows seen once, which give up the unseen mass (Good-Turing: the
-        mass of new ids is estimated from, and taken from, the ids seen once)."""
+        """Expected accesses of new data per row, for each profiled access-count class (hottest
+        first): the profiled count, except rows seen once, which give up the unseen mass
+        (Good-Turing: the mass of new ids is estimated from, and taken from, the ids seen once)."""
         values = self.coc.counts.astype(np.float64)
         if self.singletons:
             values[self.coc.counts == 1] = 1.0 - self.unseen_probability * self.coc.total_accesses / self.singletons
         return values
 
+    @property
+    def unseen_row_value(self) -> float:
+        """Expected accesses per never-seen row: new ids hash uniformly over the table, so the
+        unseen mass spreads evenly (never above a seen-once row's value, so F stays concave)."""
+        unseen = self.hash_size - self.unique_rows
+        return self.unseen_probability * self.coc.total_accesses / unseen if unseen else 0.0
+
     def hbm_fraction(self, rows_hbm) -> np.ndarray:
-        """Predicted share of new data's accesses served by HBM with the rows_hbm hottest rows
-        there (``row_values`` over the CDF of seen rows); the whole table serves everything."""
+        """Predicted share of new data's accesses served by HBM with the rows_hbm first rows of
+        the remap (seen rows hottest first, then never-seen rows) there."""
         rows_hbm = np.asarray(rows_hbm, dtype=np.float64)
         total = self.coc.total_accesses
         if total == 0:
             return np.zeros_like(rows_hbm)
         seen = self.coc.top_accesses(np.minimum(rows_hbm, self.unique_rows))
-        deficit = (1.0 - self.row_values[-1]) * np.maximum(0.0, rows_hbm - (self.unique_rows - self.singletons)) \
-            if self.singletons else 0.0
-        return np.where(rows_hbm >= self.hash_size, 1.0, (seen - np.minimum(deficit, seen)) / total)
+        if self.singletons:
+            seen = seen - (1.0 - self.row_values[-1]) * np.maximum(
+                0.0, np.minimum(rows_hbm, self.unique_rows) - (self.unique_rows - self.singletons))
+        unseen = self.unseen_row_value * np.clip(rows_hbm - self.unique_rows, 0, None)
+        return np.minimum((seen + unseen) / total, 1.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,9 +155,8 @@ def build_problem(stats: StatsPartition, model: ModelConfig, hardware: HardwareC
 
 
 def breakpoints(table: TableDemand, num: int) -> tuple[np.ndarray, np.ndarray]:
-    """(rows, F) at ~num log-spaced points from 0 to unique_rows, then the whole table: the
-    chords the MILP uses. The last chord prices never-seen rows fractionally (a relaxation;
-    the water-filling split takes them only with the whole table)."""
+    """(rows, F) at ~num log-spaced points from 0 to unique_rows, then the whole table (F is
+    linear over the never-seen rows): the chords the MILP uses."""
     u = table.unique_rows
     if u == 0:
         return np.array([0.0]), np.array([0.0])

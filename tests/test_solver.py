@@ -1,0 +1,159 @@
+"""The MILP, the exact split, the lower bound and the baselines, on instances built in numpy."""
+
+import numpy as np
+import pytest
+
+from recshard_stats.config import HardwareConfig
+from recshard_stats.errors import Reason, RecShardError
+from recshard_stats.statistics import CountOfCounts
+from solver import milp
+from solver.baselines import all_baselines
+from solver.milp import MilpOptions
+from solver.plan import evaluate, violations
+from solver.problem import Problem, TableDemand
+from solver.solve import polish, run
+from solver.waterfill import lower_bound, split
+
+SOLVERS = [s for s in milp.SOLVERS if milp.available(s)]
+
+
+def hardware(**kw) -> HardwareConfig:
+    base = dict(num_gpus=2, hbm_bytes_per_gpu=2, hbm_reserved_fraction=0.0, host_bytes=100, hbm_bandwidth=1000.0,
+                uvm_bandwidth=1.0, batch_size=1, bytes_per_element=1, optimizer_state_multiplier=1.0)
+    return HardwareConfig(**{**base, **kw})
+
+
+def table(name, counts, rows, hash_size, dim=1, accesses=None) -> TableDemand:
+    coc = CountOfCounts.of(counts, rows)
+    return TableDemand(name=name, features=(name,), hash_size=hash_size, dim=dim, hash="mod", row_bytes=float(dim),
+                       accesses_per_batch=float(coc.total_accesses if accesses is None else accesses), coc=coc,
+                       pooling_factor=1.0)
+
+
+def hand_instance() -> Problem:
+    """2 GPUs holding 2 one-byte rows each; per access, HBM costs 0.001 and UVM 1.
+    A and C: one row hit 3 times, one once; B: two rows hit twice (every row seen, so no
+    unseen mass). By hand: a GPU with one table keeps it whole (cost 4 * 0.001); with two it
+    keeps their two hottest rows. {A, C} + {B}: max(2 * 4 * (0.75 * 0.001 + 0.25), 0.004) =
+    2.006; {A, B} + {C}: A's hot row and one B row -> 1.003 + 2.002 = 3.005. Optimum 2.006."""
+    tables = (table("A", [3, 1], [1, 1], 2), table("B", [2], [2], 2), table("C", [3, 1], [1, 1], 2))
+    return Problem(tables, hardware())
+
+
+@pytest.mark.parametrize("solver", ["glpk", "cbc", "highs"])
+def test_hand_instance_optimum(solver):
+    if solver not in SOLVERS:
+        pytest.skip(f"{solver} is not installed (scripts/setup.sh installs glpk and cbc, highspy is a dependency)")
+    problem = hand_instance()
+    outcome = run(problem, MilpOptions(solver=solver, time_limit_s=10, mip_gap=0.0))
+    assert outcome.milp.status == "optimal"
+    assert outcome.best.max_cost == pytest.approx(2.006, rel=1e-9)
+    gpu = outcome.best.plan.gpu
+    assert gpu[0] == gpu[2] != gpu[1]
+    assert outcome.best.plan.rows_hbm == (1, 2, 1)
+    assert outcome.milp.objective_ms == pytest.approx(2006, rel=1e-6)
+    # pooled bound: all four rows shared -> (1.003 + 1.003 + 0.004) / 2
+    assert outcome.lower_bound == pytest.approx(1.005, rel=1e-9)
+
+
+def test_split_takes_hottest_rows_across_tables():
+    problem = hand_instance()
+    assert split(problem, [0, 1], 2) == {0: 1, 1: 1}    # counts 3 (A) then 2 (B)
+    assert split(problem, [0, 2], 2) == {0: 1, 2: 1}
+    assert split(problem, [1], 2) == {1: 2}             # fits whole
+    assert split(problem, [0, 1, 2], 6) == {0: 2, 1: 2, 2: 2}
+
+
+def test_unseen_rows_follow_seen_rows_with_good_turing_mass():
+    # 10 rows, 3 seen (counts 5, 1, 1): 7 accesses, 2 of them to rows seen once
+    t = table("T", [5, 1], [1, 2], 10)
+    problem = Problem((t,), hardware(num_gpus=1, hbm_bytes_per_gpu=5))
+    p = 2 / 7 * 7 / 10  # Good-Turing new-id share x chance a new id lands on one of the 7 unseen rows
+    assert t.unseen_probability == pytest.approx(p)
+    assert t.row_values.tolist() == pytest.approx([5, 1 - p * 7 / 2])   # seen-once rows give up the mass
+    assert t.unseen_row_value == pytest.approx(p * 7 / 7)
+    assert float(t.hbm_fraction(1)) == pytest.approx(5 / 7)
+    assert float(t.hbm_fraction(3)) == pytest.approx(1 - p)
+    assert float(t.hbm_fraction(5)) == pytest.approx(1 - p + p * 2 / 7)
+    assert float(t.hbm_fraction(10)) == pytest.approx(1.0)
+    assert split(problem, [0], 5) == {0: 5}
+    assert split(problem, [0], 2) == {0: 2}
+
+
+def random_problem(num_tables, num_gpus, seed, hbm_share=0.25, host_bytes=10**15) -> Problem:
+    """Zipf-shaped count-of-counts; total table bytes about 1/hbm_share of all HBM."""
+    rng = np.random.default_rng(seed)
+    tables = []
+    for j in range(num_tables):
+        hash_size = int(10 ** rng.uniform(2, 6))
+        dim = int(rng.choice([16, 32, 64, 128]))
+        draws = rng.zipf(rng.uniform(1.1, 1.8), int(10 ** rng.uniform(2, 5))) % hash_size
+        _, per_row = np.unique(draws, return_counts=True)
+        counts, rows = np.unique(per_row, return_counts=True)
+        tables.append(table(f"t{j}", counts, rows, hash_size, dim, accesses=rng.uniform(1e3, 1e5)))
+    total = sum(t.size_bytes for t in tables)
+    hw = hardware(num_gpus=num_gpus, hbm_bytes_per_gpu=int(total * hbm_share / num_gpus), host_bytes=host_bytes,
+                  hbm_bandwidth=897e9, uvm_bandwidth=32e9, batch_size=65536, bytes_per_element=4)
+    return Problem(tuple(tables), hw)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_milp_never_worse_than_baselines_and_respects_capacity(solver):
+    problem = random_problem(30, 4, seed=3)
+    outcome = run(problem, MilpOptions(solver=solver, time_limit_s=20, mip_gap=0.01))
+    assert violations(problem, outcome.best.plan) == []
+    for baseline in outcome.baselines:
+        assert violations(problem, baseline.plan) == []
+        assert outcome.best.max_cost <= baseline.max_cost * (1 + 1e-12)
+    assert outcome.best.max_cost >= outcome.lower_bound * (1 - 1e-9)
+    used = outcome.best.gpu_hbm_bytes
+    assert max(used) <= problem.hbm_capacity
+    assert outcome.gap < 0.10
+
+
+def test_baselines_keep_tables_whole():
+    problem = random_problem(20, 4, seed=5)
+    for plan in all_baselines(problem):
+        for j, t in enumerate(problem.tables):
+            assert plan.rows_hbm[j] in (0, t.hash_size)
+        ev = evaluate(problem, plan)
+        assert max(ev.gpu_hbm_bytes) <= problem.hbm_capacity
+
+
+def test_lower_bound_below_every_plan():
+    problem = random_problem(15, 3, seed=9)
+    bound = lower_bound(problem)
+    rng = np.random.default_rng(0)
+    from solver.plan import Plan
+
+    for _ in range(20):
+        gpu = tuple(int(g) for g in rng.integers(0, 3, len(problem.tables)))
+        plan = polish(problem, Plan("random", gpu, (0,) * len(gpu)))
+        assert evaluate(problem, plan).max_cost >= bound
+
+
+def test_infeasible_host_names_the_shortfall():
+    problem = random_problem(10, 2, seed=1, host_bytes=1000)
+    with pytest.raises(RecShardError) as err:
+        run(problem, MilpOptions(solver=SOLVERS[0]))
+    assert err.value.reason is Reason.INFEASIBLE_HOST
+    assert "of host memory, config gives 1000 B (short by" in str(err.value)
+    assert err.value.context["host_bytes"] == 1000
+
+
+def test_time_limit_returns_incumbent_with_status_or_says_there_is_none():
+    problem = random_problem(120, 16, seed=11)
+    if "cbc" in SOLVERS:  # CBC starts from the greedy plan, so it always has an incumbent
+        start = polish(problem, min(all_baselines(problem), key=lambda p: evaluate(problem, p).max_cost))
+        result = milp.solve(problem, MilpOptions(solver="cbc", time_limit_s=1, mip_gap=0.0), start)
+        assert result.status == "time_limit"
+        assert violations(problem, result.plan) == []
+    if "glpk" in SOLVERS:  # GLPK takes no start and finds nothing in a second at this size
+        with pytest.raises(RecShardError) as err:
+            milp.solve(problem, MilpOptions(solver="glpk", time_limit_s=1, mip_gap=0.0))
+        assert err.value.reason is Reason.NO_INCUMBENT and "without a feasible plan" in str(err.value)
+
+
+def test_unknown_solver_is_a_config_error():
+    with pytest.raises(RecShardError, match="unknown solver 'gurobi'"):
+        milp.solve(hand_instance(), MilpOptions(solver="gurobi"))
