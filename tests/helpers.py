@@ -7,6 +7,30 @@ from jobs import profile as profile_job
 from recshard_stats.hashing import keys_of
 
 
+SPEC = {
+    "name": "small",
+    "input": {"format": "parquet"},
+    "features": [
+        {"name": "user", "type": "int64", "synthetic": {"coverage": 1.0, "cardinality": 5000, "zipf": 1.1}},
+        {"name": "query", "type": "string", "synthetic": {"coverage": 0.6, "cardinality": 800, "zipf": 0.9}},
+        {"name": "rare", "type": "int64", "synthetic": {"coverage": 0.004, "cardinality": 50, "zipf": 1.0}},
+        {"name": "hist", "type": "array<int64>",
+         "synthetic": {"coverage": 0.7, "pf_mean": 8, "pf_max": 60, "cardinality": 3000, "zipf": 1.2}},
+        {"name": "clicks", "type": "array<int64>",
+         "synthetic": {"coverage": 0.2, "pf_mean": 30, "pf_max": 200, "cardinality": 3000, "zipf": 1.0}},
+        {"name": "views", "type": "array<int64>",
+         "synthetic": {"coverage": 0.5, "pf_mean": 3, "pf_max": 20, "cardinality": 3000, "zipf": 1.0}},
+    ],
+    "tables": [
+        {"name": "t_user", "features": ["user"], "hash_size": 1000, "dim": 32},        # collisions
+        {"name": "t_query", "features": ["query"], "hash_size": 100000, "dim": 16, "hash": "xxhash64"},
+        {"name": "t_rare", "features": ["rare"], "hash_size": 1, "dim": 8},            # single row
+        {"name": "t_hist", "features": ["hist"], "hash_size": 2048, "dim": 64, "hash": "xxhash64"},
+        {"name": "t_items", "features": ["clicks", "views"], "hash_size": 700, "dim": 64},  # shared
+    ],
+}
+
+
 def write_yaml(path: pathlib.Path, data: dict) -> pathlib.Path:
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

@@ -14,31 +14,7 @@ from recshard_stats.generate import generate
 from recshard_stats.schemas import SCHEMA_VERSION, SMALL_TABLES, arrow_schema
 from recshard_stats.stats import load_stats
 from reference import cdf_at, feature_reference
-from helpers import parquet_keys, run_profile, write_yaml
-
-SPEC = {
-    "name": "small",
-    "input": {"format": "parquet"},
-    "features": [
-        {"name": "user", "type": "int64", "synthetic": {"coverage": 1.0, "cardinality": 5000, "zipf": 1.1}},
-        {"name": "query", "type": "string", "synthetic": {"coverage": 0.6, "cardinality": 800, "zipf": 0.9}},
-        {"name": "rare", "type": "int64", "synthetic": {"coverage": 0.004, "cardinality": 50, "zipf": 1.0}},
-        {"name": "hist", "type": "array<int64>",
-         "synthetic": {"coverage": 0.7, "pf_mean": 8, "pf_max": 60, "cardinality": 3000, "zipf": 1.2}},
-        {"name": "clicks", "type": "array<int64>",
-         "synthetic": {"coverage": 0.2, "pf_mean": 30, "pf_max": 200, "cardinality": 3000, "zipf": 1.0}},
-        {"name": "views", "type": "array<int64>",
-         "synthetic": {"coverage": 0.5, "pf_mean": 3, "pf_max": 20, "cardinality": 3000, "zipf": 1.0}},
-    ],
-    "tables": [
-        {"name": "t_user", "features": ["user"], "hash_size": 1000, "dim": 32},        # collisions
-        {"name": "t_query", "features": ["query"], "hash_size": 100000, "dim": 16, "hash": "xxhash64"},
-        {"name": "t_rare", "features": ["rare"], "hash_size": 1, "dim": 8},            # single row
-        {"name": "t_hist", "features": ["hist"], "hash_size": 2048, "dim": 64, "hash": "xxhash64"},
-        {"name": "t_items", "features": ["clicks", "views"], "hash_size": 700, "dim": 64},  # shared
-    ],
-}
-
+from helpers import SPEC, parquet_keys, run_profile, write_yaml
 
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory):

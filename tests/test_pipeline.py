@@ -1,0 +1,250 @@
+"""Stats -> manifest -> remap -> loader -> replay -> report, checked against pandas/numpy
+computations of the same quantities from the raw logs."""
+
+import base64
+import html.parser
+import json
+import shutil
+
+import jsonschema
+import numpy as np
+import pandas as pd
+import pytest
+
+from jobs import evaluate as evaluate_job
+from jobs import remap as remap_job
+from recshard_stats.config import load_model_config
+from recshard_stats.errors import Reason, RecShardError
+from recshard_stats.generate import generate
+from recshard_stats.hashing import rows_of
+from recshard_stats.manifest import HBM, SCHEMA_PATH, UVM, load_latest, load_manifest, publish_latest
+from recshard_stats.report import FIGURES, write_report
+from solver.manifest import solve_to_manifest
+from solver.milp import MilpOptions
+from helpers import SPEC, parquet_keys, run_profile, write_yaml
+
+HARDWARE = {"num_gpus": 2, "hbm_per_gpu_bytes": 600_000, "hbm_reserved_fraction": 0.0, "host_gib": 1,
+            "batch_size": 1024, "bytes_per_element": 4}
+
+
+def independent_index(train_rows: np.ndarray, hash_size: int) -> np.ndarray:
+    """New index of every row: seen rows by count desc then row asc, then unseen rows by row."""
+    counts = pd.Series(train_rows).value_counts().rename_axis("row").reset_index(name="count")
+    counts = counts.sort_values(["count", "row"], ascending=[False, True])
+    index = np.full(hash_size, -1, dtype=np.int64)
+    index[counts.row.to_numpy()] = np.arange(len(counts))
+    unseen = np.setdiff1d(np.arange(hash_size), counts.row.to_numpy())
+    index[unseen] = len(counts) + np.arange(len(unseen))
+    return index
+
+
+def table_rows(keys: dict, model, table) -> np.ndarray:
+    flat = [k for f in table.features for sample in keys[f] for k in sample]
+    return rows_of(np.array(flat, dtype=np.int64), table.hash_size)
+
+
+@pytest.fixture(scope="module")
+def pipeline(spark, tmp_path_factory):
+    root = tmp_path_factory.mktemp("pipeline")
+    spec = write_yaml(root / "spec.yaml", SPEC)
+    hw = write_yaml(root / "hw.yaml", HARDWARE)
+    day1 = generate(spec, root / "logs" / "ds=2026-12-01", 4000, seed=21, chunk_rows=2000, processes=1)
+    day2 = generate(spec, root / "logs" / "ds=2026-12-02", 4000, seed=22, chunk_rows=2000, processes=1)
+    stats = run_profile(spec, day1, root / "stats", "2026-12-01", "--row-counts")
+    manifest = solve_to_manifest(stats, spec, hw, root / "manifests", options=MilpOptions(solver="cbc", time_limit_s=20))
+    remap_job.run(remap_job.build_parser().parse_args(["--manifest", str(manifest)]))
+    evaluation = evaluate_job.run(evaluate_job.build_parser().parse_args(
+        ["--manifest", str(manifest), "--logs", str(day2)]))
+    return {"root": root, "spec": spec, "hw": hw, "day1": day1, "day2": day2, "stats": stats, "manifest": manifest,
+            "evaluation": evaluation, "model": load_model_config(spec)}
+
+
+def test_manifest_matches_json_schema_and_capacities(pipeline):
+    data = json.loads(pipeline["manifest"].read_text())
+    jsonschema.validate(data, json.loads(SCHEMA_PATH.read_text()))
+    assert data["plan"]["solver"] == "cbc" and data["plan"]["gap"] >= -1e-9
+    for gpu in data["gpus"]:
+        assert gpu["hbm_bytes_used"] <= gpu["hbm_bytes_capacity"] == 600_000
+    for t in data["tables"]:
+        assert t["rows_hbm"] + t["rows_uvm"] == t["hash_size"]
+        assert t["remap"]["path"] == f"remap/{t['name']}.parquet" and t["remap"]["rows"] == t["unique_rows"]
+    assert {b["name"] for b in data["plan"]["baselines"]} == {"greedy_size", "greedy_lookup", "greedy_size_lookup"}
+    assert all(b["max_cost_ms"] >= data["plan"]["objective_ms"] * (1 - 1e-9) for b in data["plan"]["baselines"])
+    # capacity-constrained: not everything fits
+    assert sum(t["rows_uvm"] for t in data["tables"]) > 0
+
+
+@pytest.mark.parametrize("solver", ["glpk", "cbc"])
+def test_solve_with_each_required_solver(pipeline, solver, tmp_path):
+    path = solve_to_manifest(pipeline["stats"], pipeline["spec"], pipeline["hw"], tmp_path,
+                             options=MilpOptions(solver=solver, time_limit_s=20))
+    data = json.loads(path.read_text())
+    jsonschema.validate(data, json.loads(SCHEMA_PATH.read_text()))
+    assert data["plan"]["solver"] == solver and data["plan"]["gap"] < 0.05
+    torchrec = json.loads((path.parent / "torchrec_plan.json").read_text())
+    for t in data["tables"]:
+        exported = torchrec["tables"][t["name"]]
+        assert exported["ranks"] == [t["gpu"]]
+        if t["rows_hbm"] == t["hash_size"]:
+            assert exported["compute_kernel"] == "fused" and exported["cache_load_factor"] is None
+        else:
+            assert exported["compute_kernel"] == "fused_uvm_caching"
+            assert exported["cache_load_factor"] == pytest.approx(t["rows_hbm"] / t["hash_size"])
+
+
+def test_loader_maps_ids_like_an_independent_computation(pipeline):
+    model = pipeline["model"]
+    manifest = load_manifest(pipeline["manifest"], model=pipeline["spec"])
+    train, held_out = parquet_keys(pipeline["day1"], model), parquet_keys(pipeline["day2"], model)
+    checked_unseen = 0
+    for table in model.tables:
+        placement = manifest.table(table.name)
+        expected_index = independent_index(table_rows(train, model, table), table.hash_size)
+        batch = np.concatenate([table_rows(held_out, model, table)[:500],
+                                np.random.default_rng(0).integers(0, table.hash_size, 200)])
+        tier, index = manifest.remap(table.name, batch)
+        new = expected_index[batch]
+        assert np.array_equal(tier, np.where(new < placement.rows_hbm, HBM, UVM))
+        assert np.array_equal(index, np.where(new < placement.rows_hbm, new, new - placement.rows_hbm))
+        checked_unseen += int((new >= placement.unique_rows).sum())
+    assert checked_unseen > 100  # rows the profile never saw were part of the batches
+
+
+def test_replay_matches_independent_computation_and_prediction(pipeline):
+    model = pipeline["model"]
+    evaluation = json.loads(pipeline["evaluation"].read_text())
+    manifest = load_manifest(pipeline["manifest"])
+    train, held_out = parquet_keys(pipeline["day1"], model), parquet_keys(pipeline["day2"], model)
+    by_name = {t["name"]: t for t in evaluation["tables"]}
+    total = uvm = 0
+    for table in model.tables:
+        rows = table_rows(held_out, model, table)
+        new = independent_index(table_rows(train, model, table), table.hash_size)[rows]
+        hbm = int((new < manifest.table(table.name).rows_hbm).sum())
+        got = by_name[table.name]
+        assert got["accesses"] == len(rows)
+        assert got["hbm_access_fraction"] == pytest.approx(hbm / len(rows) if len(rows) else 1.0, abs=1e-12)
+        total, uvm = total + len(rows), uvm + len(rows) - hbm
+    recshard = evaluation["plans"]["recshard"]
+    assert recshard["uvm_access_fraction"] == pytest.approx(uvm / total, abs=1e-12)
+    # the held-out day behaves as the solver predicted, within a few points
+    assert abs(recshard["uvm_access_fraction"] - recshard["predicted_uvm_access_fraction"]) < 0.05
+    for name, plan in evaluation["plans"].items():
+        assert plan["max_cost_ms"] >= recshard["max_cost_ms"] * 0.999, name
+
+
+def _copy(pipeline, tmp_path):
+    target = tmp_path / "ds=2026-12-01"
+    shutil.copytree(pipeline["manifest"].parent, target)
+    return target
+
+
+def test_loader_rejects_tampering_and_mismatches(pipeline, tmp_path):
+    target = _copy(pipeline, tmp_path)
+    path = target / "manifest.json"
+    data = json.loads(path.read_text())
+
+    part = next((target / "remap" / "t_user.parquet").glob("*.parquet"))
+    original = part.read_bytes()
+    part.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))
+    with pytest.raises(RecShardError, match="checksum mismatch for remap/t_user.parquet"):
+        load_manifest(path)
+    part.write_bytes(original)
+    load_manifest(path)
+
+    for bad, message in (("../outside.parquet", "without '..'"), ("/etc/passwd", "must be relative")):
+        tampered = json.loads(json.dumps(data))
+        tampered["tables"][0]["remap"]["path"] = bad
+        path.write_text(json.dumps(tampered))
+        with pytest.raises(RecShardError, match=message):
+            load_manifest(path)
+
+    tampered = json.loads(json.dumps(data))
+    tampered["schema_version"] = "2"
+    path.write_text(json.dumps(tampered))
+    with pytest.raises(RecShardError, match="schema_version '2'; this loader reads '1'"):
+        load_manifest(path)
+
+    path.write_text(json.dumps(data))
+    other = dict(SPEC, tables=[dict(t) for t in SPEC["tables"]])
+    other["tables"][0]["hash_size"] = 999
+    with pytest.raises(RecShardError) as err:
+        load_manifest(path, model=write_yaml(tmp_path / "other.yaml", other))
+    assert err.value.reason is Reason.MANIFEST_MISMATCH
+    assert "table 't_user': hash_size is 1000 in the manifest, 999 in the model" in str(err.value)
+
+    path.write_text("{not json")
+    with pytest.raises(RecShardError, match="not valid JSON"):
+        load_manifest(path)
+
+
+def test_latest_pointer_moves_only_to_a_valid_manifest(pipeline, tmp_path):
+    target = _copy(pipeline, tmp_path)
+    publish_latest(tmp_path, target / "manifest.json")
+    assert load_latest(tmp_path).path == (target / "manifest.json").resolve()
+    shutil.rmtree(target / "remap" / "t_hist.parquet")
+    with pytest.raises(RecShardError, match="t_hist.parquet of table 't_hist' is missing"):
+        publish_latest(tmp_path, target / "manifest.json")
+    # the pointer still names the manifest it pointed to
+    assert json.loads((tmp_path / "latest.json").read_text())["manifest"] == "ds=2026-12-01/manifest.json"
+
+
+class _Figures(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.figures, self.images = [], []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "figure":
+            self.figures.append(attrs["id"])
+        if tag == "img":
+            self.images.append(attrs["src"])
+
+
+def test_report_has_every_figure(pipeline, tmp_path):
+    out = write_report(pipeline["manifest"], tmp_path / "report.html")
+    parser = _Figures()
+    text = out.read_text()
+    parser.feed(text)
+    assert parser.figures == [f"fig-{name}" for name in (*FIGURES, "replay")]
+    for src in parser.images:
+        assert src.startswith("data:image/png;base64,")
+        png = base64.b64decode(src.split(",", 1)[1])
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+    assert "gap" in text and "greedy_size_lookup" in text
+
+
+def test_criteo_split_in_two_replays_as_predicted(spark, criteo_tsv, tmp_path):
+    from tests.conftest import ROOT
+
+    lines = criteo_tsv.read_text().splitlines(keepends=True)
+    half = len(lines) // 2
+    (tmp_path / "a.tsv").write_text("".join(lines[:half]))
+    (tmp_path / "b.tsv").write_text("".join(lines[half:]))
+    model_path = ROOT / "conf" / "criteo_kaggle.yaml"
+    hw = write_yaml(tmp_path / "hw.yaml", {"num_gpus": 2, "hbm_per_gpu_bytes": 3_000_000, "hbm_reserved_fraction": 0,
+                                           "host_gib": 64, "batch_size": 2048})
+    stats = run_profile(model_path, tmp_path / "a.tsv", tmp_path / "stats", "2026-12-01", "--row-counts")
+    manifest = solve_to_manifest(stats, model_path, hw, tmp_path / "manifests",
+                                 options=MilpOptions(solver="cbc", time_limit_s=20))
+    remap_job.run(remap_job.build_parser().parse_args(["--manifest", str(manifest)]))
+    evaluation = json.loads(evaluate_job.run(evaluate_job.build_parser().parse_args(
+        ["--manifest", str(manifest), "--logs", str(tmp_path / "b.tsv")])).read_text())
+    loaded = load_manifest(manifest, model=model_path)
+    raw = [pd.read_csv(tmp_path / f, sep="\t", header=None, dtype=str, keep_default_na=False) for f in ("a.tsv", "b.tsv")]
+    total = uvm = 0
+    by_name = {t["name"]: t for t in evaluation["tables"]}
+    for i, table in enumerate(load_model_config(model_path).tables):
+        train, test = ([int(v, 16) % table.hash_size for v in df[14 + i] if v] for df in raw)
+        new = independent_index(np.array(train, dtype=np.int64), table.hash_size)[np.array(test, dtype=np.int64)]
+        tier, _ = loaded.remap(table.name, np.array(test, dtype=np.int64))
+        rows_hbm = loaded.table(table.name).rows_hbm
+        assert np.array_equal(tier == HBM, new < rows_hbm)
+        assert by_name[table.name]["hbm_access_fraction"] == pytest.approx(
+            (new < rows_hbm).mean() if len(new) else 1.0, abs=1e-12)
+        total, uvm = total + len(new), uvm + int((new >= rows_hbm).sum())
+    recshard = evaluation["plans"]["recshard"]
+    assert recshard["uvm_access_fraction"] == pytest.approx(uvm / total, abs=1e-12)
+    assert 0.05 < recshard["uvm_access_fraction"] < 0.95  # the HBM given is really short
+    assert abs(recshard["uvm_access_fraction"] - recshard["predicted_uvm_access_fraction"]) < 0.05
