@@ -13,7 +13,8 @@ from recshard_stats.errors import RecShardError
 def setup_logging(verbose: bool = False) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    for noisy in ("py4j", "pyomo"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def spark_session(app: str, master: str | None = None, driver_memory: str | None = None):

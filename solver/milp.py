@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 SOLVERS = ("glpk", "cbc", "highs")
 _PYOMO_NAME = {"glpk": "glpk", "cbc": "cbc", "highs": "appsi_highs"}
 _MS = 1e3
+_TINY = 1e-7
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +48,10 @@ class MilpResult:
 
 def order_by_cost(problem: Problem) -> list[int]:
     return sorted(range(len(problem.tables)), key=lambda j: (-problem.uvm_time(j), j))
+
+
+def _clean(coefficient: float) -> float:
+    return 0.0 if abs(coefficient) < _TINY else coefficient
 
 
 def build_model(problem: Problem, options: MilpOptions = MilpOptions()) -> pyo.ConcreteModel:
@@ -78,7 +83,9 @@ def build_model(problem: Problem, options: MilpOptions = MilpOptions()) -> pyo.C
         for k in range(len(rows) - 1):
             df = (rows[k + 1] - rows[k]) / table.hash_size
             slope = (frac[k + 1] - frac[k]) / df
-            cuts.append((j, slope, frac[k] - slope * rows[k] / table.hash_size))
+            # tiny coefficients only tighten the cut when dropped (both are >= 0 for a concave F)
+            # and keep the solvers' coefficient range sane
+            cuts.append((j, _clean(slope), _clean(frac[k] - slope * rows[k] / table.hash_size)))
         if len(rows) == 1:  # never accessed: no hits at all
             cuts.append((j, 0.0, 0.0))
     m.C = pyo.Set(initialize=[(j, g, c) for c, (j, _, _) in enumerate(cuts) for g in by_table[j]], dimen=3)
@@ -146,8 +153,8 @@ def solve(problem: Problem, options: MilpOptions = MilpOptions(), start: Plan | 
             _set_start(m, problem, start, options)
             kwargs["warmstart"] = True
     else:
-        opt.config.time_limit = options.time_limit_s
-        opt.config.mip_gap = options.mip_gap
+        # straight to HiGHS: the legacy solve() resets opt.config.time_limit to its own default
+        opt.highs_options.update({"time_limit": float(options.time_limit_s), "mip_rel_gap": options.mip_gap})
     log.info("solving the MILP with %s: %d tables x %d GPUs, %d variables, time limit %gs",
              options.solver, len(problem.tables), problem.num_gpus, m.nvariables(), options.time_limit_s)
     results = opt.solve(m, **kwargs)

@@ -160,6 +160,9 @@ def breakpoints(table: TableDemand, num: int) -> tuple[np.ndarray, np.ndarray]:
     u = table.unique_rows
     if u == 0:
         return np.array([0.0]), np.array([0.0])
-    pts = np.unique(np.round(np.logspace(0, math.log10(u), max(num - 1, 1))))
+    # from u / 10^4 rows on: a finer head would only add chords too steep for the solvers'
+    # numerics (the first chord then under-estimates F there, which is safe)
+    head = max(1.0, u / 1e4)
+    pts = np.unique(np.round(np.logspace(math.log10(head), math.log10(u), max(num - 1, 1))))
     pts = np.unique(np.concatenate([[0.0], pts, [float(u), float(table.hash_size)]]))
     return pts, table.hbm_fraction(pts)

@@ -21,24 +21,23 @@ from solver.problem import Problem
 
 
 def _segments(problem: Problem, tables: list[int]):
-    """(value per row, rows, owner) of every segment (count classes, then never-seen rows),
-    most seconds saved per HBM byte first."""
-    value, size, owner = [], [], []
+    """(seconds saved per row, rows, owner) of every segment (count classes, then never-seen
+    rows), most seconds saved per HBM byte first."""
+    saved, size, owner = [], [], []
     for j in tables:
         t = problem.tables[j]
-        value += [t.row_values, [t.unseen_row_value]]
+        # table j's row of value v moves v / A_j of its accesses from UVM to HBM
+        per_value = (problem.uvm_time(j) - problem.hbm_time(j)) / max(t.coc.total_accesses, 1)
+        saved += [t.row_values * per_value, [t.unseen_row_value * per_value]]
         size += [t.coc.rows.astype(np.float64), [float(t.hash_size - t.unique_rows)]]
         owner += [np.full(len(t.coc.counts) + 1, j)]
-    if not value:
+    if not saved:
         return np.zeros(0), np.zeros(0), np.zeros(0, dtype=int)
-    value, size, owner = (np.concatenate(a) for a in (value, size, owner))
-    # seconds saved per HBM byte (table j's row of value v moves v / A_j of its accesses)
-    scale = {j: (problem.uvm_time(j) - problem.hbm_time(j))
-             / (max(problem.tables[j].coc.total_accesses, 1) * problem.tables[j].row_bytes) for j in tables}
-    per_byte = value * np.array([scale[j] for j in owner])
-    order = np.argsort(-per_byte, kind="stable")
+    saved, size, owner = (np.concatenate(a) for a in (saved, size, owner))
+    row_bytes = np.array([problem.tables[j].row_bytes for j in owner])
+    order = np.argsort(-saved / row_bytes, kind="stable")
     keep = size[order] > 0
-    return value[order][keep], size[order][keep], owner[order][keep]
+    return saved[order][keep], size[order][keep], owner[order][keep]
 
 
 def split(problem: Problem, tables: list[int], capacity: float) -> dict[int, int]:
@@ -69,13 +68,12 @@ def lower_bound(problem: Problem) -> float:
     everything = list(range(len(problem.tables)))
     total = sum(problem.uvm_time(j) for j in everything)
     left = problem.hbm_capacity * problem.num_gpus
-    for value, n, j in zip(*_segments(problem, everything)):
-        t = problem.tables[j]
-        take = min(n, left / t.row_bytes)
+    for saved, n, j in zip(*_segments(problem, everything)):
+        take = min(n, left / problem.tables[j].row_bytes)
         if take <= 0:
             break
-        total -= (problem.uvm_time(j) - problem.hbm_time(j)) * value * take / t.coc.total_accesses
-        left -= take * t.row_bytes
+        total -= saved * take
+        left -= take * problem.tables[j].row_bytes
     single = max((problem.table_cost(j, split(problem, [j], problem.hbm_capacity)[j]) for j in everything),
                  default=0.0)
     return max(total / problem.num_gpus, single)
