@@ -9,7 +9,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import logging
+import os
 import sys
+
+if __name__ == "__main__":  # spark-submit puts jobs/ first on sys.path, where profile.py shadows the stdlib's
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != os.path.dirname(os.path.abspath(__file__))]
 
 from jobs.common import read_normalized, run_main, setup_logging, spark_session
 

@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import pathlib
 import shutil
 import sys
+
+if __name__ == "__main__":  # spark-submit puts jobs/ first on sys.path, where profile.py shadows the stdlib's
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != os.path.dirname(os.path.abspath(__file__))]
 
 from jobs.common import local_uri, run_main, setup_logging, spark_session
 

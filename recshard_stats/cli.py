@@ -7,6 +7,7 @@ import pathlib
 import sys
 
 from recshard_stats.errors import RecShardError
+from recshard_stats.manifest import load_manifest, publish_latest
 
 EXAMPLES = """examples:
   recshard run --out example_run                   # the built-in example, end to end
@@ -86,6 +87,13 @@ def _run(args) -> None:
     print(f"done: manifest {manifest / 'manifest.json'}, report {report}")
 
 
+def _validate(args) -> None:
+    manifest = load_manifest(args.manifest, args.model, require_remap=True)
+    plan = manifest.plan
+    print(f"{manifest.path}: valid; {len(manifest.tables)} tables on {manifest.num_gpus} GPUs, "
+          f"{plan['objective_ms']:.4f} ms/batch, gap {plan['gap']:.2%}, solver {plan['solver']} ({plan['status']})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from jobs import profile as profile_job
     from jobs import evaluate as evaluate_job
@@ -145,6 +153,21 @@ def build_parser() -> argparse.ArgumentParser:
                         help="evaluation JSON (default: evaluation.json beside the manifest, if any)")
     report.add_argument("--out", required=True, help="HTML file to write")
     report.set_defaults(func=_report)
+
+    validate = sub.add_parser("validate", help="check a manifest the way a trainer loads it", formatter_class=fmt,
+                              epilog="example:\n  recshard validate --manifest manifests/ds=2026-12-01 "
+                              "--model conf/synthetic.yaml")
+    validate.add_argument("--manifest", required=True)
+    validate.add_argument("--model", default=None, help="the trainer's model config, to match against")
+    validate.set_defaults(func=_validate)
+
+    publish = sub.add_parser("publish", help="point <root>/latest.json at a manifest once it validates",
+                             formatter_class=fmt, epilog="example:\n  recshard publish --manifest "
+                             "manifests/ds=2026-12-01 --root manifests")
+    publish.add_argument("--manifest", required=True)
+    publish.add_argument("--root", required=True, help="the directory holding latest.json")
+    publish.add_argument("--model", default=None)
+    publish.set_defaults(func=lambda a: print(publish_latest(a.root, a.manifest, a.model)))
 
     run = sub.add_parser("run", help="the whole pipeline on generated logs: generate, profile, solve, remap, "
                          "evaluate on a held-out day, report", formatter_class=fmt, epilog=RUN_EXAMPLES)

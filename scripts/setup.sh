@@ -19,4 +19,9 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e ".[dev]"
-echo "setup: ok ($(.venv/bin/python -c 'import pyspark, pyomo; print("pyspark", pyspark.__version__, "pyomo", pyomo.__version__)'), $(java -version 2>&1 | head -1))"
+# Airflow lives in its own venv (its pins would fight the package's); the DAG's Spark and solver
+# steps call .venv's spark-submit and recshard, so this one needs only Airflow + the Spark provider.
+[ -x .venv-airflow/bin/python ] || "$PY" -m venv .venv-airflow
+.venv-airflow/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv-airflow/bin/python -m pip install -q "apache-airflow==3.3.*" "apache-airflow-providers-apache-spark>=6,<7"
+echo "setup: ok ($(.venv/bin/python -c 'import pyspark, pyomo; print("pyspark", pyspark.__version__, "pyomo", pyomo.__version__)'), $(java -version 2>&1 | head -1), airflow $(.venv-airflow/bin/airflow version 2>/dev/null | tail -1))"

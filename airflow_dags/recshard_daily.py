@@ -1,0 +1,105 @@
+"""recshard_daily: the day's logs -> stats -> plan -> remap -> validated, published manifest.
+
+    wait_for_logs -> profile (spark-submit) -> solve -> remap (spark-submit) -> validate -> publish
+
+Keyed by ``{{ ds }}``: every task writes only that day's outputs, atomically, so a re-run
+replaces them cleanly; ``publish`` moves ``<manifests_root>/latest.json`` only to a manifest
+that loads and validates in full. Tasks pass paths through XCom, never data. Settings:
+``conf/airflow.yaml`` (or the file named by the environment variable RECSHARD_AIRFLOW_CONF),
+overridden by the run's params or by Variables ``recshard_<key>``.
+Nothing heavy happens at import: one small YAML file is read.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import pathlib
+
+import yaml
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.standard.operators.bash import BashOperator
+from airflow.providers.standard.sensors.python import PythonSensor
+from airflow.sdk import DAG, Param
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DEFAULTS = yaml.safe_load(pathlib.Path(os.environ.get("RECSHARD_AIRFLOW_CONF", ROOT / "conf" / "airflow.yaml"))
+                          .read_text())
+PATHS = ("model", "hardware", "recshard", "pyspark_python", "py_files")
+
+
+def _default(key: str):
+    value = DEFAULTS[key]
+    if key in PATHS and value and not pathlib.Path(value).is_absolute():
+        return str(ROOT / value)
+    return value
+
+
+def setting(key: str) -> str:
+    """A templated setting: Variable recshard_<key> if set, else the run's param."""
+    return "{{ var.value.get('recshard_%s', params.%s) }}" % (key, key)
+
+
+def _logs_landed(marker: str) -> bool:
+    return pathlib.Path(marker).is_file()
+
+
+STATS = setting("stats_root") + "/ds={{ ds }}"
+MANIFEST = "{{ ti.xcom_pull(task_ids='solve') }}"
+SPARK_CONF = {"spark.pyspark.python": setting("pyspark_python"),
+              "spark.pyspark.driver.python": setting("pyspark_python")}
+
+with DAG(
+    dag_id="recshard_daily",
+    description="Profile the day's training logs and publish a RecShard sharding manifest",
+    schedule="@daily",
+    start_date=datetime.datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    default_args={"retries": DEFAULTS["retries"], "retry_delay": datetime.timedelta(minutes=5)},
+    params={key: Param(_default(key)) for key in DEFAULTS if key not in ("retries", "logs_wait_hours")},
+    tags=["recshard"],
+    doc_md=__doc__,
+) as dag:
+    wait_for_logs = PythonSensor(
+        task_id="wait_for_logs",
+        python_callable=_logs_landed,
+        op_kwargs={"marker": setting("logs_root") + "/ds={{ ds }}/_SUCCESS"},
+        poke_interval=300,
+        timeout=DEFAULTS["logs_wait_hours"] * 3600,
+        mode="reschedule",
+    )
+    profile = SparkSubmitOperator(
+        task_id="profile",
+        application=str(ROOT / "jobs" / "profile.py"),
+        conn_id=DEFAULTS["spark_conn_id"],
+        conf=SPARK_CONF,
+        py_files=setting("py_files"),
+        name="recshard-profile-{{ ds }}",
+        application_args=["--model", setting("model"), "--input", setting("logs_root") + "/ds={{ ds }}",
+                          "--out", setting("stats_root"), "--ds", "{{ ds }}", "--row-counts"],
+    )
+    solve = BashOperator(
+        task_id="solve",  # prints the manifest's path last: that line is the XCom
+        bash_command=(setting("recshard") + " solve --stats " + STATS + " --model " + setting("model")
+                      + " --hardware " + setting("hardware") + " --out " + setting("manifests_root")
+                      + " --ds {{ ds }} --solver " + setting("solver") + " --time-limit " + setting("time_limit")),
+    )
+    remap = SparkSubmitOperator(
+        task_id="remap",
+        application=str(ROOT / "jobs" / "remap.py"),
+        conn_id=DEFAULTS["spark_conn_id"],
+        conf=SPARK_CONF,
+        py_files=setting("py_files"),
+        name="recshard-remap-{{ ds }}",
+        application_args=["--manifest", MANIFEST, "--stats", STATS],
+    )
+    validate = BashOperator(
+        task_id="validate",
+        bash_command=setting("recshard") + " validate --manifest " + MANIFEST + " --model " + setting("model"),
+    )
+    publish = BashOperator(
+        task_id="publish",
+        bash_command=setting("recshard") + " publish --manifest " + MANIFEST + " --root " + setting("manifests_root"),
+    )
+    wait_for_logs >> profile >> solve >> remap >> validate >> publish
