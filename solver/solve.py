@@ -6,6 +6,7 @@ import dataclasses
 import logging
 
 from solver.baselines import all_baselines
+from solver.heuristic import balanced_plan
 from solver.milp import MilpOptions, MilpResult, solve as solve_milp
 from solver.plan import Evaluation, Plan, evaluate, violations
 from solver.problem import Problem
@@ -35,7 +36,8 @@ def polish(problem: Problem, plan: Plan, name: str | None = None) -> Plan:
 def run(problem: Problem, options: MilpOptions = MilpOptions()) -> Outcome:
     problem.check_capacity()
     baselines = tuple(evaluate(problem, p) for p in all_baselines(problem))
-    starts = [evaluate(problem, polish(problem, b.plan, "warm_start")) for b in baselines]
+    starts = [evaluate(problem, polish(problem, p, "warm_start"))
+              for p in (balanced_plan(problem), *(b.plan for b in baselines))]
     start = min(starts, key=lambda e: e.max_cost)
     milp = solve_milp(problem, options, start.plan)
     polished = evaluate(problem, polish(problem, milp.plan, "recshard"))

@@ -1,0 +1,64 @@
+"""A balanced assignment from the pooled split: the MILP's warm start, and its fallback at scale.
+
+The pooled water-filling (all HBM shared, see :mod:`solver.waterfill`) gives every table its
+ideal HBM rows, hence a fixed cost ``c_j`` and HBM bytes ``b_j``; its total cost / G is the
+lower bound. Placing tables so that each GPU's ``sum b_j`` fits its HBM and the ``sum c_j``
+are even then gives a plan within the imbalance of the bound: the exact split of each GPU
+(polish) can only do better than the pooled rows it can still afford. Longest-processing-time
+first, then moves and swaps off the slowest GPU while they lower it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from solver.plan import Plan
+from solver.problem import Problem
+from solver.waterfill import split, split_assignment
+
+MAX_ROUNDS = 10_000
+
+
+def balanced_plan(problem: Problem) -> Plan:
+    tables = list(range(len(problem.tables)))
+    g_count, cap = problem.num_gpus, problem.hbm_capacity
+    pooled = split(problem, tables, cap * g_count)
+    cost = np.array([problem.table_cost(j, pooled[j]) for j in tables])
+    size = np.array([pooled[j] * problem.tables[j].row_bytes for j in tables])
+    load, used = np.zeros(g_count), np.zeros(g_count)
+    gpu = np.zeros(len(tables), dtype=int)
+    for j in sorted(tables, key=lambda j: (-cost[j], j)):
+        fits = np.flatnonzero(used + size[j] <= cap)
+        g = int(fits[np.argmin(load[fits])]) if len(fits) else int(np.argmin(used))
+        gpu[j], load[g], used[g] = g, load[g] + cost[j], used[g] + size[j]
+
+    for _ in range(MAX_ROUNDS):
+        worst = int(np.argmax(load))
+        best_peak, best_move = load[worst], None
+        mine = np.flatnonzero(gpu == worst)
+        for j in mine:
+            for h in range(g_count):
+                if h == worst:
+                    continue
+                if used[h] + size[j] <= cap:  # move j to h
+                    peak = max(load[worst] - cost[j], load[h] + cost[j])
+                    if peak < best_peak - 1e-15:
+                        best_peak, best_move = peak, (j, h, None)
+                for k in np.flatnonzero(gpu == h):  # swap j and k
+                    if cost[k] >= cost[j] or used[h] - size[k] + size[j] > cap \
+                            or used[worst] - size[j] + size[k] > cap:
+                        continue
+                    peak = max(load[worst] - cost[j] + cost[k], load[h] - cost[k] + cost[j])
+                    if peak < best_peak - 1e-15:
+                        best_peak, best_move = peak, (j, h, k)
+        if best_move is None:
+            break
+        j, h, k = best_move
+        for table, src, dst in ((j, worst, h), *(((k, h, worst),) if k is not None else ())):
+            gpu[table] = dst
+            load[src] -= cost[table]
+            load[dst] += cost[table]
+            used[src] -= size[table]
+            used[dst] += size[table]
+    assignment = tuple(int(g) for g in gpu)
+    return Plan("balanced", assignment, split_assignment(problem, assignment))
