@@ -9,6 +9,8 @@ from typing import Callable
 
 from recshard_stats.errors import RecShardError
 
+log = logging.getLogger("recshard")
+
 
 def setup_logging(verbose: bool = False) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
@@ -18,23 +20,28 @@ def setup_logging(verbose: bool = False) -> None:
 
 
 def spark_session(app: str, master: str | None = None, driver_memory: str | None = None):
-    """The job's session. Under spark-submit the master and memory come from its flags; run from
-    the CLI (no master configured) it is local mode on every core."""
-    from pyspark import SparkConf
+    """The job's session. Under spark-submit the master, memory and conf come from its flags
+    (``--master`` here overrides); run from the CLI it is local mode on every core."""
     from pyspark.sql import SparkSession
 
-    conf = SparkConf()
-    builder = SparkSession.builder.appName(app)
-    master = master or conf.get("spark.master", "local[*]")
-    builder = builder.master(master)
-    if master.startswith("local") and not conf.contains("spark.sql.shuffle.partitions"):
-        # Spark's default of 200 shuffle partitions costs more in task overhead than the work
-        # itself on a few local cores; a few per core is right there.
-        builder = builder.config("spark.sql.shuffle.partitions", str(4 * (os.cpu_count() or 1)))
+    builder = SparkSession.builder.appName(app).config("spark.ui.showConsoleProgress", "false")
+    under_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # the JVM spark-submit started holds its conf
+    if master or not under_spark_submit:
+        master = master or "local[*]"
+        builder = builder.master(master)
+        if master.startswith("local"):
+            # local mode talks to itself only: never bind the driver to an outside interface
+            builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
     if driver_memory:
         builder = builder.config("spark.driver.memory", driver_memory)
-    spark = builder.config("spark.ui.showConsoleProgress", "false").getOrCreate()
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    conf = spark.sparkContext.getConf()
+    if conf.get("spark.master", "").startswith("local") and not conf.contains("spark.sql.shuffle.partitions"):
+        # Spark's default of 200 shuffle partitions costs more in task overhead than the work
+        # itself on a few local cores; a few per core is right there.
+        spark.conf.set("spark.sql.shuffle.partitions", str(4 * (os.cpu_count() or 1)))
+    log.info("Spark %s, master %s", spark.version, conf.get("spark.master"))
     return spark
 
 
