@@ -49,6 +49,12 @@ MANIFEST = "{{ ti.xcom_pull(task_ids='solve') }}"
 SPARK_CONF = {"spark.pyspark.python": setting("pyspark_python"),
               "spark.pyspark.driver.python": setting("pyspark_python")}
 
+def spark_job(task_id: str, job: str, args: list[str]) -> SparkSubmitOperator:
+    return SparkSubmitOperator(task_id=task_id, application=str(ROOT / "jobs" / f"{job}.py"),
+                               conn_id=DEFAULTS["spark_conn_id"], conf=SPARK_CONF, py_files=setting("py_files"),
+                               name=f"recshard-{job}-{{{{ ds }}}}", application_args=args)
+
+
 with DAG(
     dag_id="recshard_daily",
     description="Profile the day's training logs and publish a RecShard sharding manifest",
@@ -69,31 +75,16 @@ with DAG(
         timeout=DEFAULTS["logs_wait_hours"] * 3600,
         mode="reschedule",
     )
-    profile = SparkSubmitOperator(
-        task_id="profile",
-        application=str(ROOT / "jobs" / "profile.py"),
-        conn_id=DEFAULTS["spark_conn_id"],
-        conf=SPARK_CONF,
-        py_files=setting("py_files"),
-        name="recshard-profile-{{ ds }}",
-        application_args=["--model", setting("model"), "--input", setting("logs_root") + "/ds={{ ds }}",
-                          "--out", setting("stats_root"), "--ds", "{{ ds }}", "--row-counts"],
-    )
+    profile = spark_job("profile", "profile", [
+        "--model", setting("model"), "--input", setting("logs_root") + "/ds={{ ds }}", "--out", setting("stats_root"),
+        "--ds", "{{ ds }}", "--row-counts"])
     solve = BashOperator(
         task_id="solve",  # prints the manifest's path last: that line is the XCom
         bash_command=(setting("recshard") + " solve --stats " + STATS + " --model " + setting("model")
                       + " --hardware " + setting("hardware") + " --out " + setting("manifests_root")
                       + " --ds {{ ds }} --solver " + setting("solver") + " --time-limit " + setting("time_limit")),
     )
-    remap = SparkSubmitOperator(
-        task_id="remap",
-        application=str(ROOT / "jobs" / "remap.py"),
-        conn_id=DEFAULTS["spark_conn_id"],
-        conf=SPARK_CONF,
-        py_files=setting("py_files"),
-        name="recshard-remap-{{ ds }}",
-        application_args=["--manifest", MANIFEST, "--stats", STATS],
-    )
+    remap = spark_job("remap", "remap", ["--manifest", MANIFEST, "--stats", STATS])
     validate = BashOperator(
         task_id="validate",
         bash_command=setting("recshard") + " validate --manifest " + MANIFEST + " --model " + setting("model"),

@@ -82,3 +82,10 @@ def read_normalized(spark, model, inputs: list[str], sample_fraction: float = 1.
     if model.input_format == "criteo_tsv":
         return normalize_criteo_tsv(sample(spark.read.text(inputs)), model)
     return normalize_parquet(sample(spark.read.parquet(*inputs)), model, source=", ".join(inputs))
+
+
+def job_main(build_parser, run, argv: list[str] | None = None) -> int:
+    """A job's ``main``: parse, log, run, print the output path; errors as one line, exit 2."""
+    args = build_parser().parse_args(argv)
+    setup_logging(args.verbose)
+    return run_main(lambda: print(run(args)))

@@ -16,7 +16,7 @@ import sys
 if __name__ == "__main__":  # spark-submit puts jobs/ first on sys.path, where profile.py shadows the stdlib's
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != os.path.dirname(os.path.abspath(__file__))]
 
-from jobs.common import local_uri, read_normalized, run_main, setup_logging, spark_session
+from jobs.common import job_main, local_uri, read_normalized, spark_session
 
 log = logging.getLogger("recshard.evaluate")
 
@@ -85,9 +85,7 @@ def format_summary(summary: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    setup_logging(args.verbose)
-    return run_main(lambda: print(run(args)))
+    return job_main(build_parser, run, argv)
 
 
 if __name__ == "__main__":

@@ -6,13 +6,20 @@ import argparse
 import pathlib
 import sys
 
-from recshard_stats.errors import RecShardError
 from recshard_stats.manifest import load_manifest, publish_latest
 
 EXAMPLES = """examples:
   recshard run --out example_run                   # the built-in example, end to end
   recshard generate --spec conf/synthetic.yaml --samples 1000000 --out logs/ds=2026-12-01
-  recshard profile --model conf/synthetic.yaml --input logs/ds=2026-12-01 --out stats --ds 2026-12-01
+  recshard profile --model conf/synthetic.yaml --input logs/ds=2026-12-01 --out stats --ds 2026-12-01 --row-counts
+  recshard solve --stats stats/ds=2026-12-01 --model conf/synthetic.yaml --hardware conf/hardware.yaml --out manifests
+  recshard remap --manifest manifests/ds=2026-12-01
+  recshard evaluate --manifest manifests/ds=2026-12-01 --logs logs/ds=2026-12-02
+  recshard report --manifest manifests/ds=2026-12-01 --out report.html
+  recshard validate --manifest manifests/ds=2026-12-01 --model conf/synthetic.yaml
+  recshard publish --manifest manifests/ds=2026-12-01 --root manifests
+
+each command's --help has its options and more examples.
 """
 
 
@@ -183,18 +190,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from jobs.common import setup_logging
+    from jobs.common import run_main, setup_logging
 
     args = build_parser().parse_args(argv)
     setup_logging(getattr(args, "verbose", False))
-    try:
-        args.func(args)
-    except RecShardError as exc:
-        print(f"error: {exc.render()}", file=sys.stderr)
-        for key, value in exc.context.items():
-            print(f"  {key}: {value}", file=sys.stderr)
-        return 2
-    return 0
+    return run_main(lambda: args.func(args))
 
 
 if __name__ == "__main__":
