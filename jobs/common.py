@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import re
 import sys
 from typing import Callable
 
-from recshard_stats.errors import RecShardError
+from recshard_stats.errors import Reason, RecShardError
 
 log = logging.getLogger("recshard")
 
@@ -66,7 +68,6 @@ def local_uri(path) -> str:
 def read_normalized(spark, model, inputs: list[str], sample_fraction: float = 1.0, seed: int = 0):
     """The logs at ``inputs`` (format from the model config) as the normalized frame of
     :mod:`recshard_stats.readers`, optionally Bernoulli-sampled."""
-    from recshard_stats.errors import Reason, RecShardError
     from recshard_stats.output import HadoopFS
     from recshard_stats.readers import normalize_criteo_tsv, normalize_parquet
 
@@ -89,3 +90,19 @@ def job_main(build_parser, run, argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
     return run_main(lambda: print(run(args)))
+
+
+@contextlib.contextmanager
+def input_errors():
+    """A corrupt or truncated input file becomes one line naming it (Spark buries the name in a
+    stack trace); everything else passes through."""
+    try:
+        yield
+    except Exception as exc:  # Py4J / Spark exceptions have no common importable base here
+        text = str(exc)
+        match = re.search(r"reading file (\S+?)\.?\s", text) or re.search(r"(\S+) is not a Parquet file", text)
+        if match is None:
+            raise
+        raise RecShardError(Reason.INPUT_CORRUPT, f"cannot read input file {match.group(1)} (corrupt or truncated)",
+                            fixes=("remove or replace that file and re-run",
+                                   "check the input format in the model config")) from None

@@ -16,7 +16,7 @@ import sys
 if __name__ == "__main__":  # spark-submit puts jobs/ first on sys.path, where profile.py shadows the stdlib's
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != os.path.dirname(os.path.abspath(__file__))]
 
-from jobs.common import job_main, local_uri, read_normalized, spark_session
+from jobs.common import input_errors, job_main, local_uri, read_normalized, spark_session
 
 log = logging.getLogger("recshard.evaluate")
 
@@ -51,8 +51,9 @@ def run(args: argparse.Namespace) -> pathlib.Path:
     manifest = load_manifest(args.manifest, require_remap=True)
     model = parse_model_config(manifest.data["model"], source=f"{manifest.path} (model)")
     spark = spark_session("recshard-evaluate", args.master, args.driver_memory)
-    frame = read_normalized(spark, model, args.logs)
-    result = profile(spark, frame, model, with_row_counts=True, max_reject_fraction=args.max_reject_fraction)
+    with input_errors():
+        frame = read_normalized(spark, model, args.logs)
+        result = profile(spark, frame, model, with_row_counts=True, max_reject_fraction=args.max_reject_fraction)
     try:
         remap = None
         for t in manifest.tables.values():

@@ -15,7 +15,7 @@ import sys
 if __name__ == "__main__":  # spark-submit puts jobs/ first on sys.path, where profile.py shadows the stdlib's
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != os.path.dirname(os.path.abspath(__file__))]
 
-from jobs.common import job_main, read_normalized, spark_session
+from jobs.common import input_errors, job_main, read_normalized, spark_session
 
 log = logging.getLogger("recshard.profile")
 
@@ -60,9 +60,10 @@ def run(args: argparse.Namespace) -> str:
     if args.cdf_points < 2:
         raise RecShardError(Reason.CONFIG_INVALID, f"--cdf-points must be at least 2, got {args.cdf_points}")
     spark = spark_session("recshard-profile", args.master, args.driver_memory)
-    frame = read_normalized(spark, model, args.input, args.sample_fraction, args.seed)
-    result = profile(spark, frame, model, cdf_points=args.cdf_points, with_row_counts=args.row_counts,
-                     max_reject_fraction=args.max_reject_fraction)
+    with input_errors():
+        frame = read_normalized(spark, model, args.input, args.sample_fraction, args.seed)
+        result = profile(spark, frame, model, cdf_points=args.cdf_points, with_row_counts=args.row_counts,
+                         max_reject_fraction=args.max_reject_fraction)
     metadata = {
         "ds": args.ds, "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "input_paths": list(args.input), "input_format": model.input_format,

@@ -51,3 +51,20 @@ def test_schema_mismatch_names_the_column(spark, tmp_path):
         "tables": [{"name": "t", "features": ["a"], "hash_size": 10, "dim": 4}]})
     with pytest.raises(RecShardError, match="column 'a' has type bigint, model config says array<int64>"):
         run_profile(model, tmp_path / "logs", tmp_path / "out")
+
+
+def test_corrupt_parquet_file_is_named_and_leaves_no_partition(spark, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "logs").mkdir()
+    good = tmp_path / "logs" / "part-0.parquet"
+    pq.write_table(pa.table({"a": pa.array(list(range(1000)), pa.int64())}), good)
+    (tmp_path / "logs" / "part-1.parquet").write_bytes(good.read_bytes()[:300])  # truncated
+    model = write_yaml(tmp_path / "m.yaml", {
+        "features": [{"name": "a", "type": "int64"}],
+        "tables": [{"name": "t", "features": ["a"], "hash_size": 10, "dim": 4}]})
+    with pytest.raises(RecShardError, match=r"\[input_corrupt\] cannot read input file \S*part-1.parquet "
+                                            r"\(corrupt or truncated\)"):
+        run_profile(model, tmp_path / "logs", tmp_path / "out")
+    assert not (tmp_path / "out" / "ds=2026-12-01").exists()
