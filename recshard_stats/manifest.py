@@ -215,6 +215,12 @@ def _check_structure(data: Any, path: pathlib.Path) -> None:
             raise _invalid(f"{where}: {list(ints)} must be non-negative integers", path=path)
         if not isinstance(t["name"], str) or t["name"] in names:
             raise _invalid(f"{where}: names must be unique strings", path=path)
+        if not isinstance(t["features"], list) or not t["features"] or \
+                not all(isinstance(f, str) for f in t["features"]) or not isinstance(t["hash"], str):
+            raise _invalid(f"{where}: features must be a non-empty list of names and hash a string", path=path)
+        fraction = t["predicted_hbm_access_fraction"]
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+            raise _invalid(f"{where}: predicted_hbm_access_fraction must be a number", path=path)
         names.add(t["name"])
         if t["gpu"] >= num_gpus:
             raise _invalid(f"{where} is on GPU {t['gpu']}, the plan has {num_gpus}", path=path)
