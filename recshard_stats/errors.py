@@ -9,6 +9,7 @@ class Reason(enum.Enum):
     CONFIG_INVALID = "config_invalid"
     INPUT_MISSING = "input_missing"
     INPUT_CORRUPT = "input_corrupt"
+    OUTPUT_BUSY = "output_busy"
     SCHEMA_MISMATCH = "schema_mismatch"
     TOO_MANY_REJECTS = "too_many_rejects"
     STATS_INVALID = "stats_invalid"

@@ -3,17 +3,21 @@
 Everything is written into a unique temporary directory next to the target
 (``<out>/_tmp-ds=<date>-<uuid>``), ``_SUCCESS`` last, and then renamed into place. A
 failed or killed run leaves at most a ``_tmp-*`` directory (ignored by readers), never a
-partial partition; two runs of the same day cannot mix their files.
+partial partition; two runs of the same day write to different temporary directories and
+take turns for the final swap (a ``_lock-ds=<date>`` file), so they cannot mix their files.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import time
 import uuid
 
 from pyspark.sql import SparkSession
 
+from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.profile import ProfileResult
 from recshard_stats.schemas import SCHEMA_VERSION, SMALL_TABLES, spark_schema
 
@@ -49,6 +53,45 @@ class HadoopFS:
     def delete(self, uri: str) -> None:
         self.fs.delete(self.path(uri), True)
 
+    def create_exclusive(self, uri: str, text: str) -> bool:
+        """Create a file only if it does not exist (atomic on HDFS and local disks)."""
+        try:
+            stream = self.fs.create(self.path(uri), False)
+        except Exception as exc:  # Py4J wraps Hadoop's FileAlreadyExistsException
+            if "FileAlreadyExists" in str(exc) or "already exists" in str(exc):
+                return False
+            raise
+        try:
+            stream.write(bytearray(text.encode("utf-8")))
+        finally:
+            stream.close()
+        return True
+
+    def age_seconds(self, uri: str) -> float:
+        return time.time() - self.fs.getFileStatus(self.path(uri)).getModificationTime() / 1000
+
+
+@contextlib.contextmanager
+def publish_lock(fs: HadoopFS, out: str, ds: str, wait_s: float = 600, stale_s: float = 600):
+    """Serialises the final swap of one day's partition between concurrent runs. A lock older
+    than ``stale_s`` is a killed run's and is taken over."""
+    lock = f"{out.rstrip('/')}/_lock-ds={ds}"
+    deadline = time.time() + wait_s
+    while not fs.create_exclusive(lock, uuid.uuid4().hex):
+        if fs.exists(lock) and fs.age_seconds(lock) > stale_s:
+            log.warning("removing a stale lock %s", lock)
+            fs.delete(lock)
+            continue
+        if time.time() > deadline:
+            raise RecShardError(Reason.OUTPUT_BUSY, f"another run is publishing {partition_uri(out, ds)} "
+                                f"(lock {lock} held for over {wait_s:.0f}s)",
+                                fixes=(f"delete {lock} if no run is active",))
+        time.sleep(0.5)
+    try:
+        yield
+    finally:
+        fs.delete(lock)
+
 
 def partition_uri(out: str, ds: str) -> str:
     return f"{out.rstrip('/')}/ds={ds}"
@@ -70,12 +113,14 @@ def publish_profile(spark: SparkSession, result: ProfileResult, out: str, ds: st
         fs.write_text(f"{tmp}/metadata.json", json.dumps({"schema_version": SCHEMA_VERSION, **metadata},
                                                          indent=2, sort_keys=True))
         fs.write_text(f"{tmp}/_SUCCESS", "")
-        # Replace an earlier run of the same day: move it aside first so the target is never partial.
-        old = None
-        if fs.exists(target):
-            old = f"{tmp}-replaced"
-            fs.rename(target, old)
-        fs.rename(tmp, target)
+        # Replace an earlier run of the same day: move it aside first so the target is never
+        # partial; under the lock, so two runs never rename into each other's partition.
+        with publish_lock(fs, out, ds):
+            old = None
+            if fs.exists(target):
+                old = f"{tmp}-replaced"
+                fs.rename(target, old)
+            fs.rename(tmp, target)
         if old:
             fs.delete(old)
     except BaseException:
