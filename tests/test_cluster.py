@@ -150,7 +150,7 @@ def test_worker_killed_mid_job_still_gives_identical_statistics(cluster, logs_an
     reader.start()
     try:
         # the job logs this as its one pass over the input starts
-        wait_for(lambda: any("aggregating" in line for line in lines), 180, "the profile's pass to start")
+        wait_for(lambda: any("aggregating" in line for line in lines), 400, "the profile's pass to start")
         time.sleep(3)
         assert proc.poll() is None, "the job finished before a worker could be killed"
         cluster.kill(cluster.workers[0])
