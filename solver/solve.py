@@ -36,8 +36,8 @@ def polish(problem: Problem, plan: Plan, name: str | None = None) -> Plan:
 def run(problem: Problem, options: MilpOptions = MilpOptions()) -> Outcome:
     problem.check_capacity()
     baselines = tuple(evaluate(problem, p) for p in all_baselines(problem))
-    starts = [evaluate(problem, polish(problem, p, "warm_start"))
-              for p in (balanced_plan(problem), *(b.plan for b in baselines))]
+    # the balanced plan comes split already; the baselines' assignments get the exact split
+    starts = [evaluate(problem, p) for p in (balanced_plan(problem), *(polish(problem, b.plan) for b in baselines))]
     start = min(starts, key=lambda e: e.max_cost)
     milp = solve_milp(problem, options, start.plan)
     polished = evaluate(problem, polish(problem, milp.plan, "recshard"))
