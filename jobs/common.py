@@ -76,6 +76,10 @@ def read_normalized(spark, model, inputs: list[str], sample_fraction: float = 1.
     if missing:
         raise RecShardError(Reason.INPUT_MISSING, f"input path(s) not found: {missing}",
                             fixes=("check --input and that the day's logs have landed",))
+    empty = [p for p in inputs if not fs.has_data_files(p)]
+    if empty:
+        raise RecShardError(Reason.INPUT_MISSING, f"input path(s) hold no data files: {empty}",
+                            fixes=("the day's logs may not have landed yet, or were written elsewhere",))
 
     def sample(df):
         return df if sample_fraction >= 1 else df.sample(fraction=sample_fraction, seed=seed)

@@ -39,6 +39,14 @@ class HadoopFS:
     def exists(self, uri: str) -> bool:
         return self.fs.exists(self.path(uri))
 
+    def has_data_files(self, uri: str) -> bool:
+        """A file, or a directory holding (at any depth) a file that is not hidden or a marker."""
+        files = self.fs.listFiles(self.path(uri), True)
+        while files.hasNext():
+            if not files.next().getPath().getName().startswith((".", "_")):
+                return True
+        return False
+
     def write_text(self, uri: str, text: str) -> None:
         stream = self.fs.create(self.path(uri), True)
         try:

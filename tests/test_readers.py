@@ -68,3 +68,12 @@ def test_corrupt_parquet_file_is_named_and_leaves_no_partition(spark, tmp_path):
                                             r"\(corrupt or truncated\)"):
         run_profile(model, tmp_path / "logs", tmp_path / "out")
     assert not (tmp_path / "out" / "ds=2026-12-01").exists()
+
+
+def test_empty_input_day_is_one_clear_error(spark, tmp_path):
+    day = tmp_path / "logs" / "ds=2026-12-01"
+    day.mkdir(parents=True)
+    (day / "_SUCCESS").write_text("")
+    model = write_yaml(tmp_path / "m.yaml", MODEL)
+    with pytest.raises(RecShardError, match=r"\[input_missing\] input path\(s\) hold no data files: \[\S*ds=2026-12-01"):
+        run_profile(model, day, tmp_path / "out")
