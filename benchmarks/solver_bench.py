@@ -15,7 +15,6 @@ GPU cost) and the share of accesses served from UVM.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import pathlib
 import sys
 import time

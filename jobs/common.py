@@ -89,6 +89,20 @@ def read_normalized(spark, model, inputs: list[str], sample_fraction: float = 1.
     return normalize_parquet(sample(spark.read.parquet(*inputs)), model, source=", ".join(inputs))
 
 
+def job_parser(parser, prog: str, doc: str, examples: str):
+    """The job's own parser (spark-submit), or the CLI subcommand's parser passed in."""
+    import argparse
+
+    return parser or argparse.ArgumentParser(prog=prog, description=doc.strip().split("\n")[0], epilog=examples,
+                                             formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def add_spark_args(parser) -> None:
+    parser.add_argument("--master", default=None, help="Spark master (default: spark-submit's, else local[*])")
+    parser.add_argument("--driver-memory", default=None, help="driver memory in local mode, e.g. 4g")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+
+
 def job_main(build_parser, run, argv: list[str] | None = None) -> int:
     """A job's ``main``: parse, log, run, print the output path; errors as one line, exit 2."""
     args = build_parser().parse_args(argv)

@@ -16,7 +16,8 @@ import sys
 if __name__ == "__main__":  # spark-submit puts jobs/ first on sys.path, where profile.py shadows the stdlib's
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != os.path.dirname(os.path.abspath(__file__))]
 
-from jobs.common import input_errors, job_main, local_uri, read_normalized, spark_session
+from jobs.common import (add_spark_args, input_errors, job_main, job_parser, local_uri, read_normalized,
+                         spark_session)
 
 log = logging.getLogger("recshard.evaluate")
 
@@ -27,15 +28,12 @@ EXAMPLES = """examples:
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(prog="evaluate", description=__doc__.split("\n")[0], epilog=EXAMPLES,
-                                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = job_parser(parser, "evaluate", __doc__, EXAMPLES)
     parser.add_argument("--manifest", required=True, help="manifest.json (with remap files) or its directory")
     parser.add_argument("--logs", required=True, nargs="+", help="held-out logs (same format as profiled)")
     parser.add_argument("--out", default=None, help="evaluation JSON (default: <manifest dir>/evaluation.json)")
     parser.add_argument("--max-reject-fraction", type=float, default=0.01)
-    parser.add_argument("--master", default=None)
-    parser.add_argument("--driver-memory", default=None)
-    parser.add_argument("-v", "--verbose", action="store_true")
+    add_spark_args(parser)
     return parser
 
 

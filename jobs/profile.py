@@ -15,7 +15,7 @@ import sys
 if __name__ == "__main__":  # spark-submit puts jobs/ first on sys.path, where profile.py shadows the stdlib's
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != os.path.dirname(os.path.abspath(__file__))]
 
-from jobs.common import input_errors, job_main, read_normalized, spark_session
+from jobs.common import add_spark_args, input_errors, job_main, job_parser, read_normalized, spark_session
 
 log = logging.getLogger("recshard.profile")
 
@@ -27,8 +27,7 @@ EXAMPLES = """examples:
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(prog="profile", description=__doc__.split("\n")[0], epilog=EXAMPLES,
-                                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = job_parser(parser, "profile", __doc__, EXAMPLES)
     parser.add_argument("--model", required=True, help="model config (YAML/TOML): features, tables, input format")
     parser.add_argument("--input", required=True, nargs="+", help="log files or directories (Parquet or Criteo TSV)")
     parser.add_argument("--out", required=True, help="stats root; the partition is <out>/ds=<date>")
@@ -40,9 +39,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--row-counts", action="store_true", help="also write per-row access counts (for remap)")
     parser.add_argument("--max-reject-fraction", type=float, default=0.01,
                         help="fail when more than this fraction of rows (or of one column's values) is rejected")
-    parser.add_argument("--master", default=None, help="Spark master (default: spark-submit's, else local[*])")
-    parser.add_argument("--driver-memory", default=None, help="driver memory in local mode, e.g. 4g")
-    parser.add_argument("-v", "--verbose", action="store_true")
+    add_spark_args(parser)
     return parser
 
 

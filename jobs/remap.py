@@ -20,7 +20,7 @@ import sys
 if __name__ == "__main__":  # spark-submit puts jobs/ first on sys.path, where profile.py shadows the stdlib's
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != os.path.dirname(os.path.abspath(__file__))]
 
-from jobs.common import job_main, local_uri, spark_session
+from jobs.common import add_spark_args, job_main, job_parser, local_uri, spark_session
 
 log = logging.getLogger("recshard.remap")
 
@@ -31,19 +31,15 @@ EXAMPLES = """examples:
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(prog="remap", description=__doc__.split("\n")[0], epilog=EXAMPLES,
-                                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = job_parser(parser, "remap", __doc__, EXAMPLES)
     parser.add_argument("--manifest", required=True, help="manifest.json or its directory")
     parser.add_argument("--stats", default=None,
                         help="stats partition profiled with --row-counts (default: the manifest's inputs.stats)")
-    parser.add_argument("--master", default=None, help="Spark master (default: spark-submit's, else local[*])")
-    parser.add_argument("--driver-memory", default=None)
-    parser.add_argument("-v", "--verbose", action="store_true")
+    add_spark_args(parser)
     return parser
 
 
 def run(args: argparse.Namespace) -> pathlib.Path:
-    import json
 
     import pyarrow.parquet as pq
 
