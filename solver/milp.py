@@ -146,7 +146,7 @@ def solve(problem: Problem, options: MilpOptions = MilpOptions(), start: Plan | 
     if options.solver == "glpk":
         opt.options.update({"tmlim": max(1, int(math.ceil(options.time_limit_s))), "mipgap": options.mip_gap})
     elif options.solver == "cbc":
-        # CBC's preprocessing has declared this model "optimal" 9% above its true optimum (seen on the
+        # CBC's preprocessing has declared a suboptimal plan of this model "optimal" (seen on the
         # built-in example with coinor-cbc 2.10); without it CBC finds the optimum HiGHS proves.
         opt.options.update({"sec": options.time_limit_s, "ratioGap": options.mip_gap, "preprocess": "off"})
         if start is not None:
