@@ -108,6 +108,12 @@ def test_loader_maps_ids_like_an_independent_computation(pipeline):
         assert np.array_equal(index, np.where(new < placement.rows_hbm, new, new - placement.rows_hbm))
         checked_unseen += int((new >= placement.unique_rows).sum())
     assert checked_unseen > 100  # rows the profile never saw were part of the batches
+    # what a trainer on each rank asks for
+    by_gpu = {g: {t.name for t in manifest.tables_on(g)} for g in range(manifest.num_gpus)}
+    assert set().union(*by_gpu.values()) == {t.name for t in model.tables}
+    assert sum(len(names) for names in by_gpu.values()) == len(model.tables)
+    for placement in manifest.tables.values():
+        assert placement.fully_in_hbm == (placement.rows_uvm == 0)
 
 
 def test_replay_matches_independent_computation_and_prediction(pipeline):
