@@ -60,13 +60,6 @@ class ModelConfig:
                 return table
         raise KeyError(feature)
 
-    def table(self, name: str) -> TableConfig:
-        for table in self.tables:
-            if table.name == name:
-                return table
-        raise RecShardError(Reason.CONFIG_INVALID, f"unknown table {name!r}",
-                            fixes=(f"use one of {[t.name for t in self.tables]}",))
-
     def to_dict(self) -> dict:
         return {
             "name": self.name,
@@ -216,7 +209,17 @@ def parse_hardware_config(data: dict, source: str = "hardware config") -> Hardwa
             return int(_positive_number(source, data, f"{key}_gib") * GIB)
         return _positive_int(source, data, f"{key}_bytes")
 
-    reserved = data.get("hbm_reserved_fraction", 0.1)
+    hbm = size("hbm_per_gpu")
+    if "hbm_reserved_gib" in data or "hbm_reserved_bytes" in data:
+        # an absolute reserve (TorchRec's style) becomes the same fraction of HBM
+        reserved_bytes = size("hbm_reserved")
+        if reserved_bytes >= hbm:
+            raise _fail(source, f"HBM per GPU ({hbm / GIB:g} GiB) is not larger than the reserve kept for "
+                        f"activations ({reserved_bytes / GIB:g} GiB), which leaves no HBM for embeddings",
+                        "raise hbm_per_gpu_gib", "lower hbm_reserved_gib")
+        reserved = reserved_bytes / hbm
+    else:
+        reserved = data.get("hbm_reserved_fraction", 0.1)
     if isinstance(reserved, bool) or not isinstance(reserved, (int, float)) or not 0 <= reserved < 1:
         raise _fail(source, f"hbm_reserved_fraction must be in [0, 1), got {reserved!r}",
                     "the reserve is the share of HBM kept for activations; HBM must be larger than it")
@@ -226,7 +229,7 @@ def parse_hardware_config(data: dict, source: str = "hardware config") -> Hardwa
         raise _fail(source, f"uvm_bandwidth_gbps ({uvm_bw / 1e9:g}) must be below hbm_bandwidth_gbps ({hbm_bw / 1e9:g})")
     return HardwareConfig(
         num_gpus=_positive_int(source, data, "num_gpus"),
-        hbm_bytes_per_gpu=size("hbm_per_gpu"),
+        hbm_bytes_per_gpu=hbm,
         hbm_reserved_fraction=float(reserved),
         host_bytes=size("host"),
         hbm_bandwidth=hbm_bw,
