@@ -123,4 +123,26 @@ def input_errors():
             raise
         raise RecShardError(Reason.INPUT_CORRUPT, f"cannot read input file {match.group(1)} (corrupt or truncated)",
                             fixes=("remove or replace that file and re-run",
-                                   "check the input format in the model config")) from None
+                                   "or pass --skip-corrupt-files to profile without it (recorded in the metadata)",
+                                   "check the input format in the model config"),
+                            context={"file": match.group(1)}) from None
+
+
+def same_file(a: str, b: str) -> bool:
+    """Whether two spellings of a path (``file:/x``, ``file:///x``, escaped or not) name one file."""
+    from urllib.parse import unquote, urlparse
+
+    return unquote(urlparse(a).path) == unquote(urlparse(b).path)
+
+
+def without_file(spark, inputs: list[str], bad: str) -> list[str]:
+    """The data files under ``inputs`` except ``bad``; an error if ``bad`` is not among them."""
+    from recshard_stats.output import HadoopFS
+
+    fs = HadoopFS(spark, inputs[0])
+    files = [f for p in inputs for f in fs.data_files(p)]
+    kept = [f for f in files if not same_file(f, bad)]
+    if len(kept) == len(files):
+        raise RecShardError(Reason.INPUT_CORRUPT, f"cannot read input file {bad}, and it is not one of the "
+                            f"{len(files)} input files, so it cannot be skipped", context={"file": bad})
+    return kept

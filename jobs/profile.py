@@ -15,13 +15,15 @@ import sys
 if __name__ == "__main__":  # spark-submit puts jobs/ first on sys.path, where profile.py shadows the stdlib's
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != os.path.dirname(os.path.abspath(__file__))]
 
-from jobs.common import add_spark_args, input_errors, job_main, job_parser, read_normalized, spark_session
+from jobs.common import (add_spark_args, input_errors, job_main, job_parser, read_normalized, spark_session,
+                         without_file)
 
 log = logging.getLogger("recshard.profile")
 
 EXAMPLES = """examples:
   recshard profile --model conf/criteo_kaggle.yaml --input day_0.tsv --out stats --ds 2026-12-01
   recshard profile --model conf/synthetic.yaml --input logs/ --out stats --row-counts --sample-fraction 0.1
+  recshard profile --model conf/synthetic.yaml --input logs/ --out stats --skip-corrupt-files
   spark-submit --master yarn --py-files dist/recshard_stats.zip jobs/profile.py --model ... --input ... --out ...
 """
 
@@ -39,6 +41,11 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--row-counts", action="store_true", help="also write per-row access counts (for remap)")
     parser.add_argument("--max-reject-fraction", type=float, default=0.01,
                         help="fail when more than this fraction of rows (or of one column's values) is rejected")
+    parser.add_argument("--skip-corrupt-files", action="store_true",
+                        help="leave out input files that cannot be read (each costs one more pass over the "
+                             "input) and list them in the stats metadata under skipped_files; default: fail")
+    parser.add_argument("--max-skipped-files", type=int, default=10,
+                        help="with --skip-corrupt-files, fail once more files than this are corrupt (default 10)")
     add_spark_args(parser)
     return parser
 
@@ -57,15 +64,31 @@ def run(args: argparse.Namespace) -> str:
     if args.cdf_points < 2:
         raise RecShardError(Reason.CONFIG_INVALID, f"--cdf-points must be at least 2, got {args.cdf_points}")
     spark = spark_session("recshard-profile", args.master, args.driver_memory)
-    with input_errors():
-        frame = read_normalized(spark, model, args.input, args.sample_fraction, args.seed)
-        result = profile(spark, frame, model, cdf_points=args.cdf_points, with_row_counts=args.row_counts,
-                         max_reject_fraction=args.max_reject_fraction)
+    inputs, skipped = list(args.input), []
+    while True:
+        try:
+            with input_errors():
+                frame = read_normalized(spark, model, inputs, args.sample_fraction, args.seed)
+                result = profile(spark, frame, model, cdf_points=args.cdf_points, with_row_counts=args.row_counts,
+                                 max_reject_fraction=args.max_reject_fraction)
+            break
+        except RecShardError as exc:
+            if not args.skip_corrupt_files or exc.reason is not Reason.INPUT_CORRUPT:
+                raise
+            if len(skipped) == args.max_skipped_files:
+                raise RecShardError(
+                    Reason.INPUT_CORRUPT, f"more than {args.max_skipped_files} corrupt input files "
+                    f"(skipped so far: {skipped}; the next: {exc.context['file']})",
+                    fixes=("check how the logs are written", "raise --max-skipped-files")) from None
+            inputs = without_file(spark, inputs, exc.context["file"])
+            skipped.append(exc.context["file"])
+            log.warning("skipping corrupt input file %s (%d skipped); profiling the remaining %d files again",
+                        exc.context["file"], len(skipped), len(inputs))
     metadata = {
         "ds": args.ds, "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "input_paths": list(args.input), "input_format": model.input_format,
         "sample_fraction": args.sample_fraction, "sample_seed": args.seed,
-        "input_rows": result.input_rows, "rejected_rows": result.rejected_rows,
+        "input_rows": result.input_rows, "rejected_rows": result.rejected_rows, "skipped_files": skipped,
         "num_samples": result.tables["tables"][0]["num_samples"],
         "hash_functions": {t.name: t.hash for t in model.tables}, "hash_seed": 42,
         "cdf_points": args.cdf_points, "row_counts": args.row_counts,

@@ -39,13 +39,17 @@ class HadoopFS:
     def exists(self, uri: str) -> bool:
         return self.fs.exists(self.path(uri))
 
-    def has_data_files(self, uri: str) -> bool:
-        """A file, or a directory holding (at any depth) a file that is not hidden or a marker."""
+    def data_files(self, uri: str):
+        """The file, or the files at any depth under the directory, that are not hidden or markers
+        (as Spark's readers see them), as qualified URIs; lazily."""
         files = self.fs.listFiles(self.path(uri), True)
         while files.hasNext():
-            if not files.next().getPath().getName().startswith((".", "_")):
-                return True
-        return False
+            path = files.next().getPath()
+            if not path.getName().startswith((".", "_")):
+                yield path.toString()
+
+    def has_data_files(self, uri: str) -> bool:
+        return next(self.data_files(uri), None) is not None
 
     def write_text(self, uri: str, text: str) -> None:
         stream = self.fs.create(self.path(uri), True)

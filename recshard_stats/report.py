@@ -203,11 +203,19 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}figure{{margin:1.
 <p id="summary">{len(data['tables'])} tables on {len(data['gpus'])} GPUs; solver {html.escape(plan['solver'])}
 ({html.escape(plan['status'])}, plan from {html.escape(plan['source'])}); slowest GPU
 <b>{plan['objective_ms']:.4f} ms</b> per batch; lower bound {plan['lower_bound_ms']:.4f} ms;
-gap <b>{plan['gap']:.2%}</b>; {stats.metadata.get('num_samples')} samples profiled.</p>
+gap <b>{plan['gap']:.2%}</b>; {stats.metadata.get('num_samples')} samples profiled.{_skipped(stats.metadata)}</p>
 {_summary_table(data, evaluation)}
 {blocks}
 </body></html>
 """
+
+
+def _skipped(metadata: dict) -> str:
+    files = metadata.get("skipped_files") or []
+    if not files:
+        return ""
+    return (f' <b class="warning">{len(files)} corrupt input file(s) skipped</b>: '
+            + ", ".join(html.escape(f) for f in files) + ".")
 
 
 def write_report(manifest_path, out, stats_path=None, evaluation_path=None) -> pathlib.Path:

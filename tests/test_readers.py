@@ -77,3 +77,29 @@ def test_empty_input_day_is_one_clear_error(spark, tmp_path):
     model = write_yaml(tmp_path / "m.yaml", MODEL)
     with pytest.raises(RecShardError, match=r"\[input_missing\] input path\(s\) hold no data files: \[\S*ds=2026-12-01"):
         run_profile(model, day, tmp_path / "out")
+
+
+def test_skip_corrupt_files_profiles_the_rest_and_records_them(spark, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    logs = tmp_path / "logs" / "ds=2026-12-01"
+    logs.mkdir(parents=True)
+    pq.write_table(pa.table({"a": pa.array(list(range(1000)), pa.int64())}), logs / "part-0.parquet")
+    pq.write_table(pa.table({"a": pa.array([7] * 500, pa.int64())}), logs / "part-1.parquet")
+    (logs / "part-2.parquet").write_bytes((logs / "part-0.parquet").read_bytes()[:300])  # truncated
+    (logs / "part-3.parquet").write_bytes(b"PAR1 not parquet at all PAR1")
+    model = write_yaml(tmp_path / "m.yaml", {
+        "features": [{"name": "a", "type": "int64"}],
+        "tables": [{"name": "t", "features": ["a"], "hash_size": 10, "dim": 4}]})
+    stats = load_stats(run_profile(model, logs, tmp_path / "out", "2026-12-01", "--skip-corrupt-files"))
+    assert sorted(p.rsplit("/", 1)[1] for p in stats.metadata["skipped_files"]) == ["part-2.parquet",
+                                                                                    "part-3.parquet"]
+    feature = stats.rows("features")[0]
+    assert stats.metadata["input_rows"] == feature["num_samples"] == 1500
+    assert feature["unique_raw_ids"] == 1000 and feature["total_accesses"] == 1500
+
+    with pytest.raises(RecShardError, match=r"\[input_corrupt\] more than 1 corrupt input files \(skipped so far: "
+                                            r"\['\S*part-[23].parquet'\]; the next: \S*part-[23].parquet\)"):
+        run_profile(model, logs, tmp_path / "out2", "2026-12-01", "--skip-corrupt-files", "--max-skipped-files", "1")
+    assert not (tmp_path / "out2" / "ds=2026-12-01").exists()
