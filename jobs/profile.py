@@ -24,6 +24,7 @@ EXAMPLES = """examples:
   recshard profile --model conf/criteo_kaggle.yaml --input day_0.tsv --out stats --ds 2026-12-01
   recshard profile --model conf/synthetic.yaml --input logs/ --out stats --row-counts --sample-fraction 0.1
   recshard profile --model conf/synthetic.yaml --input logs/ --out stats --skip-corrupt-files
+  recshard profile --model conf/synthetic.yaml --input logs/ --out stats --approximate --hll-lg-k 16
   spark-submit --master yarn --py-files dist/recshard_stats.zip jobs/profile.py --model ... --input ... --out ...
 """
 
@@ -41,6 +42,15 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--row-counts", action="store_true", help="also write per-row access counts (for remap)")
     parser.add_argument("--max-reject-fraction", type=float, default=0.01,
                         help="fail when more than this fraction of rows (or of one column's values) is rejected")
+    parser.add_argument("--approximate", action="store_true",
+                        help="for inputs with too many distinct ids to count one by one: HLL sketches for "
+                             "distinct ids/rows, count-of-counts from a sample of rows (error bound in metadata)")
+    parser.add_argument("--hll-lg-k", type=int, default=14,
+                        help="with --approximate: HLL sketches of 2**k registers, 4..21; relative standard "
+                             "error about 1.04/sqrt(2**k) (default 14: 0.81%%)")
+    parser.add_argument("--row-sample-bits", type=int, default=0,
+                        help="with --approximate: count-of-counts from one row in 2**bits of each table "
+                             "(tables keep at least 65536 rows; default 0: every row, exact access CDFs)")
     parser.add_argument("--skip-corrupt-files", action="store_true",
                         help="leave out input files that cannot be read (each costs one more pass over the "
                              "input) and list them in the stats metadata under skipped_files; default: fail")
@@ -56,13 +66,14 @@ def run(args: argparse.Namespace) -> str:
     from recshard_stats.config import load_model_config
     from recshard_stats.errors import Reason, RecShardError
     from recshard_stats.output import publish_profile
-    from recshard_stats.profile import profile
+    from recshard_stats.profile import Approximate, profile
 
     model = load_model_config(args.model)
     if not 0 < args.sample_fraction <= 1:
         raise RecShardError(Reason.CONFIG_INVALID, f"--sample-fraction must be in (0, 1], got {args.sample_fraction}")
     if args.cdf_points < 2:
         raise RecShardError(Reason.CONFIG_INVALID, f"--cdf-points must be at least 2, got {args.cdf_points}")
+    approximate = Approximate(args.hll_lg_k, args.row_sample_bits) if args.approximate else None
     spark = spark_session("recshard-profile", args.master, args.driver_memory)
     inputs, skipped = list(args.input), []
     while True:
@@ -70,7 +81,7 @@ def run(args: argparse.Namespace) -> str:
             with input_errors():
                 frame = read_normalized(spark, model, inputs, args.sample_fraction, args.seed)
                 result = profile(spark, frame, model, cdf_points=args.cdf_points, with_row_counts=args.row_counts,
-                                 max_reject_fraction=args.max_reject_fraction)
+                                 max_reject_fraction=args.max_reject_fraction, approximate=approximate)
             break
         except RecShardError as exc:
             if not args.skip_corrupt_files or exc.reason is not Reason.INPUT_CORRUPT:
@@ -92,6 +103,7 @@ def run(args: argparse.Namespace) -> str:
         "num_samples": result.tables["tables"][0]["num_samples"],
         "hash_functions": {t.name: t.hash for t in model.tables}, "hash_seed": 42,
         "cdf_points": args.cdf_points, "row_counts": args.row_counts,
+        "approximate": approximate.metadata(model) if approximate else None,
         "spark_version": pyspark.__version__, "model": model.to_dict(), "model_digest": model.digest(),
     }
     target = publish_profile(spark, result, args.out, args.ds, metadata)

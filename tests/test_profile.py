@@ -176,3 +176,73 @@ def test_rerun_replaces_partition_and_failure_leaves_none(spark, synthetic, tmp_
     with pytest.raises(RecShardError, match="no usable samples|not found"):
         run_profile(spec, tmp_path / "missing", tmp_path, "2026-12-02")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds=2026-12-01"]
+
+
+def test_approximate_mode_against_independent_computation(synthetic, spark, tmp_path):
+    """Small tables keep every row, so count-of-counts stay exact; distinct counts are HLL
+    estimates within the error bound the metadata records; totals and pooling stay exact."""
+    spec, logs, _ = synthetic
+    model = load_model_config(spec)
+    stats = load_stats(run_profile(spec, logs, tmp_path / "stats", "2026-12-01", "--approximate"))
+    meta = stats.metadata["approximate"]
+    assert meta["hll_lg_config_k"] == 14 and meta["distinct_count_error_bound_99_7"] == pytest.approx(3 * 1.04 / 128)
+    assert set(meta["row_sample_rate"].values()) == {1.0}
+    bound = meta["distinct_count_error_bound_99_7"]
+    keys = parquet_keys(logs, model)
+    features = _by(stats, "features", "feature")
+    for feature in model.features:
+        ref = feature_reference(keys[feature.name], model.table_of(feature.name).hash_size)
+        row = features[feature.name]
+        for key in ("num_samples", "present_samples", "pf_min", "pf_max", "pf_p50", "pf_p90", "pf_p99",
+                    "total_accesses"):
+            assert row[key] == ref[key], key
+        for key in ("unique_raw_ids", "unique_rows"):
+            assert abs(row[key] - ref[key]) <= bound * ref[key], (feature.name, key, row[key], ref[key])
+        coc = stats.count_of_counts("feature", feature.name)
+        assert dict(zip(coc.counts.tolist(), coc.rows.tolist())) == ref["count_of_counts"]
+    merged = [a + b for a, b in zip(keys["clicks"], keys["views"])]
+    ref = feature_reference(merged, 700)
+    t_items = _by(stats, "tables", "table")["t_items"]
+    assert t_items["total_accesses"] == ref["total_accesses"]
+    assert abs(t_items["unique_keys"] - ref["unique_raw_ids"]) <= bound * ref["unique_raw_ids"]
+    coc = stats.count_of_counts("table", "t_items")
+    assert dict(zip(coc.counts.tolist(), coc.rows.tolist())) == ref["count_of_counts"]
+
+    with pytest.raises(RecShardError, match=r"per-row access counts .* need the exact profile"):
+        run_profile(spec, logs, tmp_path / "stats2", "2026-12-01", "--approximate", "--row-counts")
+
+
+def test_approximate_mode_samples_rows_of_a_large_table(spark, tmp_path):
+    """A 2**22-row table is profiled from one row in 16, picked by Spark's xxhash64(table index,
+    row): its count-of-counts equal those of exactly those rows, recomputed here, times 16."""
+    import collections
+    import struct
+
+    from recshard_stats.hashing import SEED, xxhash64_bytes
+
+    rng = np.random.default_rng(5)
+    ids = rng.zipf(1.2, size=40_000) % 3_000_000
+    (tmp_path / "logs").mkdir()
+    pq.write_table(pa.table({"u": pa.array(ids, pa.int64())}), tmp_path / "logs" / "p.parquet")
+    spec = write_yaml(tmp_path / "m.yaml", {"features": [{"name": "u", "type": "int64"}],
+                                            "tables": [{"name": "t", "features": ["u"], "hash_size": 1 << 22,
+                                                        "dim": 8}]})
+    stats = load_stats(run_profile(spec, tmp_path / "logs", tmp_path / "stats", "2026-12-01", "--approximate",
+                                   "--row-sample-bits", "4"))
+    assert stats.metadata["approximate"]["row_sample_rate"] == {"t": 1 / 16}
+    ref = feature_reference([[int(i)] for i in ids], 1 << 22)
+    table_seed = xxhash64_bytes(struct.pack("<i", 0), SEED)  # Spark hashes column by column, int then long
+
+    def sampled(row: int) -> bool:
+        h = xxhash64_bytes(struct.pack("<q", row), table_seed)
+        return (h - (1 << 64) if h >= 1 << 63 else h) % (1 << 20) < (1 << 16)  # pmod
+
+    kept = {row: c for row, c in ref["row_counts"].items() if sampled(row)}
+    assert 0 < len(kept) < len(ref["row_counts"]) / 8
+    expected = {c: 16 * n for c, n in collections.Counter(kept.values()).items()}
+    coc = stats.count_of_counts("table", "t")
+    assert dict(zip(coc.counts.tolist(), coc.rows.tolist())) == expected
+    table = _by(stats, "tables", "table")["t"]
+    assert table["total_accesses"] == 40_000
+    bound = stats.metadata["approximate"]["distinct_count_error_bound_99_7"]
+    assert abs(table["unique_rows"] - ref["unique_rows"]) <= bound * ref["unique_rows"]

@@ -1,0 +1,110 @@
+"""Approximate profile (HLL sketches + row-sampled count-of-counts) against the exact one, on
+the same logs, in one Spark session.
+
+    .venv/bin/python benchmarks/approx_bench.py --samples 10000000 --work /tmp/recshard-bench
+
+Prints, side by side: both profiles' times; per feature and per table the relative error of
+every distinct count (against the HLL error bound recorded in the metadata); per table the
+largest absolute error of the access CDF F(k) over the exact profile's breakpoints; and the
+plan each profile gives (same solver, same limits), both costed on the exact statistics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+import time
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", type=int, default=10_000_000)
+    parser.add_argument("--spec", default=str(ROOT / "conf" / "synthetic.yaml"))
+    parser.add_argument("--hardware", default=str(ROOT / "conf" / "hardware.yaml"))
+    parser.add_argument("--work", default="/tmp/recshard-bench")
+    parser.add_argument("--driver-memory", default="8g")
+    parser.add_argument("--hll-lg-k", type=int, default=14)
+    parser.add_argument("--row-sample-bits", type=int, default=0)
+    parser.add_argument("--solver", default="highs")
+    parser.add_argument("--time-limit", type=float, default=60)
+    args = parser.parse_args()
+
+    from jobs import profile as profile_job
+    from jobs.common import spark_session
+    from recshard_stats.config import load_hardware_config, load_model_config
+    from recshard_stats.generate import generate
+    from recshard_stats.stats import load_stats
+    from solver.milp import MilpOptions
+    from solver.plan import evaluate
+    from solver.problem import build_problem
+    from solver.solve import run
+
+    work = pathlib.Path(args.work)
+    logs = work / f"logs-{args.samples}"
+    if not (logs / "_SUCCESS").exists():
+        generate(args.spec, logs, args.samples, seed=1)
+    spark_session("approx-bench", None, args.driver_memory)
+    stats, seconds = {}, {}
+    for mode, extra in (("exact", []), ("approximate", ["--approximate", "--hll-lg-k", str(args.hll_lg_k),
+                                                         "--row-sample-bits", str(args.row_sample_bits)])):
+        t = time.time()
+        path = profile_job.run(profile_job.build_parser().parse_args(
+            ["--model", args.spec, "--input", str(logs), "--out", str(work / f"approx-bench-{mode}"),
+             "--ds", "2026-12-01", *extra]))
+        seconds[mode] = time.time() - t
+        stats[mode] = load_stats(path)
+        print(f"{mode:12s} profile: {seconds[mode]:7.1f} s", flush=True)
+    exact, approx = stats["exact"], stats["approximate"]
+    bound = approx.metadata["approximate"]["distinct_count_error_bound_99_7"]
+    print(f"approximate / exact time: {seconds['approximate'] / seconds['exact']:.2f}")
+    print(f"HLL lg_k {args.hll_lg_k}: recorded error bound (3 RSE) {bound:.2%}; row sample rates "
+          f"{json.dumps(approx.metadata['approximate']['row_sample_rate'])}")
+
+    for level, key, columns in (("features", "feature", ("unique_raw_ids", "unique_rows")),
+                                ("tables", "table", ("unique_keys", "unique_rows"))):
+        a = {r[key]: r for r in approx.rows(level)}
+        for column in columns:
+            errors = np.array([(a[r[key]][column] - r[column]) / r[column] for r in exact.rows(level) if r[column]])
+            print(f"{level:8s} {column:15s} relative error: median |e| {np.median(np.abs(errors)):.3%}, "
+                  f"max |e| {np.abs(errors).max():.3%}, within the bound {np.mean(np.abs(errors) <= bound):.0%} "
+                  f"of {len(errors)}")
+        totals_equal = all(a[r[key]]["total_accesses"] == r["total_accesses"] for r in exact.rows(level))
+        print(f"{level:8s} total_accesses identical: {totals_equal}")
+
+    print(f"{'table':12s} {'rows':>9s} {'sampled':>8s} {'max |dF|':>9s} {'|dF| k>=64':>10s} {'F(1%) exact/approx':>20s}")
+    worst = []
+    for r in exact.rows("tables"):
+        name = r["table"]
+        ce, ca = exact.count_of_counts("table", name), approx.count_of_counts("table", name)
+        k = np.array(sorted({row["rows"] for row in exact.rows("access_cdf") if row["name"] == name
+                             and row["level"] == "table"}), dtype=float)
+        diff = np.abs(ce.cdf(k) - ca.cdf(k))
+        worst.append(diff.max())
+        one = max(1.0, 0.01 * ce.unique_rows)
+        rate = approx.metadata["approximate"]["row_sample_rate"][name]
+        print(f"{name:12s} {ce.unique_rows:9d} {rate:8.4f} {diff.max():9.4f} {diff[k >= 64].max(initial=0):10.4f} "
+              f"{float(ce.cdf(one)):9.4f}/{float(ca.cdf(one)):.4f}")
+    print(f"access CDF: max |dF| over tables {max(worst):.4f}, median {np.median(worst):.4f}")
+
+    model, hardware = load_model_config(args.spec), load_hardware_config(args.hardware)
+    on_exact = build_problem(exact, model, hardware)
+    options = MilpOptions(solver=args.solver, time_limit_s=args.time_limit)
+    costs = {}
+    for mode in ("exact", "approximate"):
+        plan = run(build_problem(stats[mode], model, hardware), options).best.plan
+        ev = evaluate(on_exact, plan)
+        costs[mode] = ev.max_cost
+        print(f"plan from {mode:12s} stats, costed on exact stats: slowest GPU {ev.max_cost * 1e3:.4f} ms, "
+              f"UVM accesses {ev.uvm_access_fraction:.2%}")
+    print(f"plan cost ratio approximate / exact: {costs['approximate'] / costs['exact']:.4f}")
+
+
+if __name__ == "__main__":
+    main()
