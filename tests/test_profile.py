@@ -34,6 +34,12 @@ def _by(stats, table, key):
     return {r[key]: r for r in stats.rows(table)}
 
 
+def _shared_table(stats, keys):
+    """The stats row of t_items, and the reference of its two features' keys in one row space."""
+    merged = [a + b for a, b in zip(keys["clicks"], keys["views"])]
+    return _by(stats, "tables", "table")["t_items"], feature_reference(merged, 700)
+
+
 def _check_feature(row, ref):
     for key in ("num_samples", "present_samples", "pf_min", "pf_max", "pf_p50", "pf_p90", "pf_p99",
                 "total_accesses", "unique_raw_ids", "unique_rows", "unused_rows"):
@@ -60,9 +66,7 @@ def test_multi_hot_parquet_matches_independent_computation(synthetic, synthetic_
         coc = stats.count_of_counts("feature", feature.name)
         assert dict(zip(coc.counts.tolist(), coc.rows.tolist())) == ref["count_of_counts"]
     # the shared table: both features' keys land in one row space
-    merged = [a + b for a, b in zip(keys["clicks"], keys["views"])]
-    ref = feature_reference(merged, 700)
-    t_items = _by(stats, "tables", "table")["t_items"]
+    t_items, ref = _shared_table(stats, keys)
     assert t_items["total_accesses"] == ref["total_accesses"]
     assert t_items["unique_rows"] == ref["unique_rows"]
     assert t_items["unique_keys"] == ref["unique_raw_ids"]
@@ -200,9 +204,7 @@ def test_approximate_mode_against_independent_computation(synthetic, spark, tmp_
             assert abs(row[key] - ref[key]) <= bound * ref[key], (feature.name, key, row[key], ref[key])
         coc = stats.count_of_counts("feature", feature.name)
         assert dict(zip(coc.counts.tolist(), coc.rows.tolist())) == ref["count_of_counts"]
-    merged = [a + b for a, b in zip(keys["clicks"], keys["views"])]
-    ref = feature_reference(merged, 700)
-    t_items = _by(stats, "tables", "table")["t_items"]
+    t_items, ref = _shared_table(stats, keys)
     assert t_items["total_accesses"] == ref["total_accesses"]
     assert abs(t_items["unique_keys"] - ref["unique_raw_ids"]) <= bound * ref["unique_raw_ids"]
     coc = stats.count_of_counts("table", "t_items")
