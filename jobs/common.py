@@ -111,21 +111,59 @@ def job_main(build_parser, run, argv: list[str] | None = None) -> int:
 
 
 @contextlib.contextmanager
-def input_errors():
+def input_errors(spark, input_format: str, inputs: list[str]):
     """A corrupt or truncated input file becomes one line naming it (Spark buries the name in a
-    stack trace); everything else passes through."""
+    stack trace, or leaves it out when a decoder fails inside a task: then the file is found by
+    decoding halves of ``inputs``, see :func:`find_unreadable_file`); everything else passes through."""
     try:
         yield
     except Exception as exc:  # Py4J / Spark exceptions have no common importable base here
         text = str(exc)
         match = re.search(r"reading file (\S+?)\.?\s", text) or re.search(r"(\S+) is not a Parquet file", text)
-        if match is None:
+        if match is not None:
+            bad = match.group(1)
+        elif _decoder_failure(text):
+            log.warning("a task failed without naming its input file; decoding the inputs to find it")
+            bad = find_unreadable_file(spark, input_format, inputs)
+        else:
+            bad = None
+        if bad is None:
             raise
-        raise RecShardError(Reason.INPUT_CORRUPT, f"cannot read input file {match.group(1)} (corrupt or truncated)",
+        raise RecShardError(Reason.INPUT_CORRUPT, f"cannot read input file {bad} (corrupt or truncated)",
                             fixes=("remove or replace that file and re-run",
                                    "or pass --skip-corrupt-files to profile without it (recorded in the metadata)",
                                    "check the input format in the model config"),
-                            context={"file": match.group(1)}) from None
+                            context={"file": bad}) from None
+
+
+def _decoder_failure(text: str) -> bool:
+    """A task failed (not the driver, not for memory): the kind of failure a corrupt file causes."""
+    return "Job aborted due to stage failure" in text and "OutOfMemoryError" not in text
+
+
+def find_unreadable_file(spark, input_format: str, inputs: list[str]) -> str | None:
+    """The data file under ``inputs`` that fails to decode in full, found by bisection (about
+    2 log2(files) Spark jobs reading at most twice the input); None if every file decodes."""
+    from pyspark.sql import functions as F
+
+    from recshard_stats.output import HadoopFS
+
+    def fails(files: list[str]) -> bool:
+        try:
+            df = spark.read.parquet(*files) if input_format == "parquet" else spark.read.text(files)
+            df.select(F.max(F.xxhash64(*df.columns))).collect()  # decodes every column of every row
+            return False
+        except Exception:  # any failure to decode is what is being searched for
+            return True
+
+    fs = HadoopFS(spark, inputs[0])
+    files = [f for p in inputs for f in fs.data_files(p)]
+    if not fails(files):
+        return None
+    while len(files) > 1:
+        half = files[:len(files) // 2]
+        files = half if fails(half) else files[len(half):]
+    return files[0] if fails(files) else None
 
 
 def same_file(a: str, b: str) -> bool:

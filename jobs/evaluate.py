@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> pathlib.Path:
     manifest = load_manifest(args.manifest, require_remap=True)
     model = parse_model_config(manifest.data["model"], source=f"{manifest.path} (model)")
     spark = spark_session("recshard-evaluate", args.master, args.driver_memory)
-    with input_errors():
+    with input_errors(spark, model.input_format, args.logs):
         frame = read_normalized(spark, model, args.logs)
         result = profile(spark, frame, model, with_row_counts=True, max_reject_fraction=args.max_reject_fraction)
     try:

@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> str:
     inputs, skipped = list(args.input), []
     while True:
         try:
-            with input_errors():
+            with input_errors(spark, model.input_format, inputs):
                 frame = read_normalized(spark, model, inputs, args.sample_fraction, args.seed)
                 result = profile(spark, frame, model, cdf_points=args.cdf_points, with_row_counts=args.row_counts,
                                  max_reject_fraction=args.max_reject_fraction, approximate=approximate)

@@ -61,3 +61,11 @@ def parquet_keys(path, model) -> dict[str, list[list[int]]]:
             per_sample.append(keys_of(ids, feature.type, table_conf.hash).tolist() if ids else [])
         out[feature.name] = per_sample
     return out
+
+
+def assert_one_line_error(rc: int, stderr: str, expected: str) -> None:
+    assert rc == 2, stderr
+    assert "Traceback" not in stderr, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, stderr
+    assert expected in errors[0], errors[0]

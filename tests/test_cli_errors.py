@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from recshard_stats import cli
-from helpers import run_profile, write_yaml
+from helpers import assert_one_line_error, run_profile, write_yaml
 
 RECSHARD = pathlib.Path(sys.executable).parent / "recshard"
 MODEL = {"name": "c", "input": {"format": "criteo_tsv"},
@@ -23,14 +23,6 @@ HARDWARE = {"num_gpus": 2, "hbm_per_gpu_gib": 1, "hbm_reserved_fraction": 0.1, "
 
 def tsv_line(c1="0a", c2="ff", fields=40):
     return "\t".join((["1"] + [""] * 13 + [c1, c2] + [""] * 24)[:fields] + [""] * max(0, fields - 40))
-
-
-def assert_one_line_error(rc: int, stderr: str, expected: str) -> None:
-    assert rc == 2, stderr
-    assert "Traceback" not in stderr, stderr
-    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, stderr
-    assert expected in errors[0], errors[0]
 
 
 def changed(base: dict, path: tuple, value) -> dict:

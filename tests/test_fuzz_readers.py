@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from recshard_stats.errors import RecShardError
 from recshard_stats.stats import load_stats
-from helpers import run_profile, write_yaml
+from helpers import assert_one_line_error, run_profile, write_yaml
 
 EXAMPLES = int(os.environ.get("RECSHARD_FUZZ_EXAMPLES", "12"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
@@ -118,3 +118,33 @@ def test_parquet_fuzz_covers_every_mutation_kind(kind):
     broken = _mutate(kind, len(VALID_PARQUET) - 6, b"\xff\xff")
     with pytest.raises(Exception):
         pq.read_table(io.BytesIO(broken))
+
+
+def test_a_decoder_failure_that_names_no_file_is_traced_to_its_file(spark, tmp_path, capsys):
+    """Found by a longer fuzz run: this overwrite makes Spark's Parquet decoder fail inside a task
+    with a bare ArrayIndexOutOfBoundsException, naming no file; the job finds the file itself."""
+    from pyspark.sql import functions as F
+
+    from recshard_stats import cli
+
+    work = _workdir(tmp_path, "decoder")
+    logs = work / "logs"
+    logs.mkdir()
+    (logs / "part-0.parquet").write_bytes(VALID_PARQUET)
+    (logs / "part-1.parquet").write_bytes(_mutate("overwrite", 858, bytes.fromhex("f78f49dcbeb2c4d2")))
+    with pytest.raises(Exception) as raw:  # the case is real: Spark alone does not say which file
+        df = spark.read.parquet(str(logs / "part-1.parquet"))
+        df.select(F.max(F.xxhash64(*df.columns))).collect()
+    assert "ArrayIndexOutOfBoundsException" in str(raw.value) and "part-1" not in str(raw.value), \
+        "this mutation no longer fails without a file name (new pyarrow or Spark?): pick another"
+
+    model = str(write_yaml(work / "m.yaml", PARQUET_MODEL))
+    rc = cli.main(["profile", "--model", model, "--input", str(logs), "--out", str(work / "out"), "--ds", "2026-12-01"])
+    stderr = capsys.readouterr().err
+    assert_one_line_error(rc, stderr, "[input_corrupt] cannot read input file")
+    assert re.search(r"^error: .*cannot read input file \S*/part-1.parquet \(corrupt", stderr, re.M), stderr
+    assert not (work / "out" / "ds=2026-12-01").exists()
+
+    stats = load_stats(run_profile(model, logs, work / "out", "2026-12-01", "--skip-corrupt-files"))
+    assert [p.rsplit("/", 1)[1] for p in stats.metadata["skipped_files"]] == ["part-1.parquet"]
+    assert stats.metadata["input_rows"] == 200

@@ -103,3 +103,19 @@ def test_skip_corrupt_files_profiles_the_rest_and_records_them(spark, tmp_path):
                                             r"\['\S*part-[23].parquet'\]; the next: \S*part-[23].parquet\)"):
         run_profile(model, logs, tmp_path / "out2", "2026-12-01", "--skip-corrupt-files", "--max-skipped-files", "1")
     assert not (tmp_path / "out2" / "ds=2026-12-01").exists()
+
+
+def test_bisection_finds_the_one_file_that_does_not_decode(spark, tmp_path):
+    """The fallback for task failures that name no file: decode halves until one file is left."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from jobs.common import find_unreadable_file
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for i in range(7):
+        pq.write_table(pa.table({"a": pa.array(list(range(i, i + 50)), pa.int64())}), logs / f"part-{i}.parquet")
+    assert find_unreadable_file(spark, "parquet", [str(logs)]) is None
+    (logs / "part-4.parquet").write_bytes((logs / "part-0.parquet").read_bytes()[:200])
+    assert find_unreadable_file(spark, "parquet", [str(logs)]).endswith("/part-4.parquet")
