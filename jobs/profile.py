@@ -43,8 +43,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--max-reject-fraction", type=float, default=0.01,
                         help="fail when more than this fraction of rows (or of one column's values) is rejected")
     parser.add_argument("--approximate", action="store_true",
-                        help="for inputs with too many distinct ids to count one by one: HLL sketches for "
-                             "distinct ids/rows, count-of-counts from a sample of rows (error bound in metadata)")
+                        help="for inputs with too many distinct ids to count one by one: access counts per "
+                             "hashed row, HLL sketches for distinct ids (error bound in the metadata); one "
+                             "more pass over the input")
     parser.add_argument("--hll-lg-k", type=int, default=14,
                         help="with --approximate: HLL sketches of 2**k registers, 4..21; relative standard "
                              "error about 1.04/sqrt(2**k) (default 14: 0.81%%)")

@@ -1,6 +1,6 @@
 """The profile: normalized logs -> every per-feature and per-table statistic of DESIGN.md.
 
-Passes over the input: **one**. Each sample becomes a small array of records
+Passes over the input: **one** (two in approximate mode). Each sample becomes a small array of records
 ``(code, key)`` (see :func:`_records`: ids, multi-hot pooling factors, rejected values,
 one per row) and a single ``groupBy(code, key).count()`` aggregates them. Everything after works on that aggregate, whose size
 is the number of distinct ids, not of samples: hashing to rows, per-row access counts,
@@ -8,11 +8,12 @@ count-of-counts. Only count-of-counts and pooling histograms (a few thousand num
 feature, independent of input size) reach the driver.
 
 **Approximate mode** (:class:`Approximate`), for inputs whose distinct raw ids are too many
-to aggregate one by one: the same single pass, but ids are grouped per hashed row (at most
-``hash_size`` groups per feature) with an HLL sketch of the raw ids in each; the sketches are
-unioned per feature and table for the distinct counts. Optionally, only the rows whose
-``xxhash64(table, row)`` falls in one of ``2**row_sample_bits`` buckets are grouped, and
-their count-of-counts scaled back up. Totals, coverage, pooling factors and rejects stay exact.
+to aggregate one by one: ids are counted per hashed row instead (at most ``hash_size`` groups
+per feature), and the distinct raw ids come from one HLL sketch per feature (unioned per
+table), built in a second pass with one group per feature, which Spark aggregates cheaply. Optionally, only
+the rows whose ``xxhash64(table, row)`` falls in one of ``2**row_sample_bits`` buckets are
+counted, and their count-of-counts scaled back up. Totals, coverage, pooling factors and
+rejects stay exact.
 """
 
 from __future__ import annotations
@@ -159,8 +160,8 @@ def profile(spark: SparkSession, normalized: DataFrame, model: ModelConfig, *,
     agg = agg.persist(StorageLevel.MEMORY_AND_DISK)
     cached = [agg]
     try:
-        log.info("profile: aggregating %d features (one pass over the input%s)", len(features),
-                 ", approximate" if approximate else "")
+        log.info("profile: aggregating %d features (%s)", len(features),
+                 "approximate: row counts, then a pass for the HLL sketches" if approximate else "one pass")
         pooling: dict[int, dict[int, int]] = {}
         rejects: dict[tuple[int, int], int] = {}
         row_kinds = {0: 0, 1: 0}
