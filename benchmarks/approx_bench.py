@@ -34,6 +34,9 @@ def main() -> None:
     parser.add_argument("--row-sample-bits", type=int, default=0)
     parser.add_argument("--solver", default="highs")
     parser.add_argument("--time-limit", type=float, default=60)
+    parser.add_argument("--hash-size-divisor", type=int, default=1,
+                        help="profile the same logs with every table's hash_size divided by this: raw ids "
+                             "then far outnumber rows, the case the approximate mode is for")
     args = parser.parse_args()
 
     from jobs import profile as profile_job
@@ -47,6 +50,8 @@ def main() -> None:
     from solver.solve import run
 
     work = pathlib.Path(args.work)
+    if args.hash_size_divisor > 1:
+        args.spec = str(smaller_tables(pathlib.Path(args.spec), args.hash_size_divisor, work))
     logs = work / f"logs-{args.samples}"
     if not (logs / "_SUCCESS").exists():
         generate(args.spec, logs, args.samples, seed=1)
@@ -64,6 +69,10 @@ def main() -> None:
     exact, approx = stats["exact"], stats["approximate"]
     bound = approx.metadata["approximate"]["distinct_count_error_bound_99_7"]
     print(f"approximate / exact time: {seconds['approximate'] / seconds['exact']:.2f}")
+    # the aggregates' sizes: exact groups ids one by one, approximate groups them per row
+    print(f"aggregated id groups: exact {sum(r['unique_raw_ids'] for r in exact.rows('features')):,} "
+          f"(distinct raw ids), approximate at most {sum(r['unique_rows'] for r in exact.rows('features')):,} "
+          f"(distinct rows)")
     print(f"HLL lg_k {args.hll_lg_k}: recorded error bound (3 RSE) {bound:.2%}; row sample rates "
           f"{json.dumps(approx.metadata['approximate']['row_sample_rate'])}")
 
@@ -104,6 +113,19 @@ def main() -> None:
         print(f"plan from {mode:12s} stats, costed on exact stats: slowest GPU {ev.max_cost * 1e3:.4f} ms, "
               f"UVM accesses {ev.uvm_access_fraction:.2%}")
     print(f"plan cost ratio approximate / exact: {costs['approximate'] / costs['exact']:.4f}")
+
+
+def smaller_tables(spec: pathlib.Path, divisor: int, work: pathlib.Path) -> pathlib.Path:
+    """The spec with every hash_size divided (same features, so the same generated logs)."""
+    import yaml
+
+    data = yaml.safe_load(spec.read_text())
+    for table in data["tables"]:
+        table["hash_size"] = max(1, table["hash_size"] // divisor)
+    out = work / f"{spec.stem}-hash-div{divisor}.yaml"
+    work.mkdir(parents=True, exist_ok=True)
+    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    return out
 
 
 if __name__ == "__main__":
