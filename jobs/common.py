@@ -146,8 +146,6 @@ def find_unreadable_file(spark, input_format: str, inputs: list[str]) -> str | N
     2 log2(files) Spark jobs reading at most twice the input); None if every file decodes."""
     from pyspark.sql import functions as F
 
-    from recshard_stats.output import HadoopFS
-
     def fails(files: list[str]) -> bool:
         try:
             df = spark.read.parquet(*files) if input_format == "parquet" else spark.read.text(files)
@@ -156,14 +154,21 @@ def find_unreadable_file(spark, input_format: str, inputs: list[str]) -> str | N
         except Exception:  # any failure to decode is what is being searched for
             return True
 
-    fs = HadoopFS(spark, inputs[0])
-    files = [f for p in inputs for f in fs.data_files(p)]
+    files = input_files(spark, inputs)
     if not fails(files):
         return None
     while len(files) > 1:
         half = files[:len(files) // 2]
         files = half if fails(half) else files[len(half):]
     return files[0] if fails(files) else None
+
+
+def input_files(spark, inputs: list[str]) -> list[str]:
+    """Every data file under the input paths."""
+    from recshard_stats.output import HadoopFS
+
+    fs = HadoopFS(spark, inputs[0])
+    return [f for p in inputs for f in fs.data_files(p)]
 
 
 def same_file(a: str, b: str) -> bool:
@@ -175,10 +180,7 @@ def same_file(a: str, b: str) -> bool:
 
 def without_file(spark, inputs: list[str], bad: str) -> list[str]:
     """The data files under ``inputs`` except ``bad``; an error if ``bad`` is not among them."""
-    from recshard_stats.output import HadoopFS
-
-    fs = HadoopFS(spark, inputs[0])
-    files = [f for p in inputs for f in fs.data_files(p)]
+    files = input_files(spark, inputs)
     kept = [f for f in files if not same_file(f, bad)]
     if len(kept) == len(files):
         raise RecShardError(Reason.INPUT_CORRUPT, f"cannot read input file {bad}, and it is not one of the "

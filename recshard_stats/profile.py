@@ -276,13 +276,13 @@ def _sketched_distributions(spark: SparkSession, agg: DataFrame, sketches: DataF
                  for r in sketches.collect()]
     small = spark.createDataFrame(collected, "f int, t int, ids binary, rows binary")
     totals: dict = {}
-    for level, coc, table_of in (("f", feature_coc, feature_table), ("t", table_coc, range(len(bits)))):
+    for level, table_of in (("f", feature_table), ("t", range(len(bits)))):
         for r in small.groupBy(level).agg(F.hll_sketch_estimate(F.hll_union_agg("ids")).alias("ids"),
                                           F.hll_sketch_estimate(F.hll_union_agg("rows")).alias("rows")).collect():
             index = r[level]
             features = [index] if level == "f" else [i for i, j in enumerate(feature_table) if j == index]
-            # a table whose rows are all kept counts them exactly
-            rows = r["rows"] if bits[table_of[index]] else sum(n for _, n, _ in coc.get(index, []))
+            # a table whose rows are all kept counts them exactly (None: from its count-of-counts)
+            rows = r["rows"] if bits[table_of[index]] else None
             totals[(level, index)] = (sum(accesses.get(i, 0) for i in features), r["ids"], rows)
     return feature_coc, table_coc, totals
 
@@ -309,8 +309,8 @@ def _check_rejects(model: ModelConfig, rejects: dict, bad_rows: int, input_rows:
 
 def _assemble(model, feature_table, pooling, rejects, feature_coc, table_coc, num_samples, cdf_points,
               bad_rows, totals: dict | None) -> dict[str, list[dict]]:
-    """The output tables. ``totals`` ((level, index) -> accesses, distinct ids, distinct rows) come
-    from the approximate mode; the exact mode derives them from count-of-counts."""
+    """The output tables. ``totals`` ((level, index) -> accesses, distinct ids, distinct rows or
+    None where every row was counted) come from the approximate mode; the exact mode derives them from count-of-counts."""
     tables = list(model.tables)
     out = {name: [] for name in ("features", "tables", "pooling_histogram", "count_of_counts", "access_cdf",
                                  "rejects")}
@@ -327,9 +327,10 @@ def _assemble(model, feature_table, pooling, rejects, feature_coc, table_coc, nu
                               for p, (k, v) in enumerate(zip(points, fractions))]
         if totals is None:
             return coc, coc.total_accesses, int(keys.sum()), coc.unique_rows
-        accesses, ids, rows = totals.get(key, (0, 0.0, 0.0))
+        accesses, ids, rows = totals.get(key, (0, 0.0, None))
         ids = round(ids)
-        return coc, accesses, ids, min(round(rows), ids, hash_size)
+        rows = coc.unique_rows if rows is None else round(rows)
+        return coc, accesses, ids, min(rows, ids, hash_size)
 
     columns = reject_columns(model)
     for i, feature in enumerate(model.features):
