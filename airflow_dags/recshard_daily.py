@@ -5,8 +5,9 @@
 Keyed by ``{{ ds }}``: every task writes only that day's outputs, atomically, so a re-run
 replaces them cleanly; ``publish`` moves ``<manifests_root>/latest.json`` only to a manifest
 that loads and validates in full. Tasks pass paths through XCom, never data. Settings:
-``conf/airflow.yaml`` (or the file named by the environment variable RECSHARD_AIRFLOW_CONF),
-overridden by the run's params or by Variables ``recshard_<key>``.
+``conf/airflow.yaml`` (or the file named by the environment variable RECSHARD_AIRFLOW_CONF);
+a Variable ``recshard_<key>`` overrides the file for every run of a deployment, and a run's own
+conf (``airflow dags trigger recshard_daily -c '{"solver": "highs"}'``) overrides both.
 Nothing heavy happens at import: one small YAML file is read.
 """
 
@@ -36,8 +37,10 @@ def _default(key: str):
 
 
 def setting(key: str) -> str:
-    """A templated setting: Variable recshard_<key> if set, else the run's param."""
-    return "{{ var.value.get('recshard_%s', params.%s) }}" % (key, key)
+    """A templated setting: the run's conf if it gives the key, else Variable recshard_<key>, else
+    the file's default (the param's default)."""
+    return ("{{ dag_run.conf['%s'] if '%s' in (dag_run.conf or {}) else var.value.get('recshard_%s', params.%s) }}"
+            % (key, key, key, key))
 
 
 def _logs_landed(marker: str) -> bool:
@@ -50,7 +53,7 @@ SPARK_CONF = {"spark.pyspark.python": setting("pyspark_python"),
               "spark.pyspark.driver.python": setting("pyspark_python")}
 
 def spark_job(task_id: str, job: str, args: list[str]) -> SparkSubmitOperator:
-    return SparkSubmitOperator(task_id=task_id, application=str(ROOT / "jobs" / f"{job}.py"),
+    return SparkSubmitOperator(task_id=task_id, application=str(ROOT / "jobs" / f"{job}_job.py"),
                                conn_id=DEFAULTS["spark_conn_id"], conf=SPARK_CONF, py_files=setting("py_files"),
                                name=f"recshard-{job}-{{{{ ds }}}}", application_args=args)
 

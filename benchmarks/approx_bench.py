@@ -14,13 +14,11 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import sys
 import time
 
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def main() -> None:
@@ -39,15 +37,17 @@ def main() -> None:
                              "then far outnumber rows, the case the approximate mode is for")
     args = parser.parse_args()
 
-    from jobs import profile as profile_job
-    from jobs.common import spark_session
+    from recshard_stats.cli import build_parser
+    from recshard_stats.options import ProfileOptions, SparkOptions, from_args
+    from recshard_stats.spark_io import spark_session
+    from recshard_stats.stages import profile_logs
     from recshard_stats.config import load_hardware_config, load_model_config
     from recshard_stats.generate import generate
-    from recshard_stats.stats import load_stats
-    from solver.milp import MilpOptions
-    from solver.plan import evaluate
-    from solver.problem import build_problem
-    from solver.solve import run
+    from recshard_stats.stats_reader import load_stats
+    from recshard_stats.options import SolveOptions
+    from recshard_stats.solver.plan import cost_plan
+    from recshard_stats.solver.problem import build_problem
+    from recshard_stats.solver.solve import solve_problem
 
     work = pathlib.Path(args.work)
     if args.hash_size_divisor > 1:
@@ -55,26 +55,26 @@ def main() -> None:
     logs = work / f"logs-{args.samples}"
     if not (logs / "_SUCCESS").exists():
         generate(args.spec, logs, args.samples, seed=1)
-    spark_session("approx-bench", None, args.driver_memory)
+    spark = spark_session("approx-bench", SparkOptions(driver_memory=args.driver_memory))
     stats, seconds = {}, {}
     for mode, extra in (("exact", []), ("approximate", ["--approximate", "--hll-lg-k", str(args.hll_lg_k),
                                                          "--row-sample-bits", str(args.row_sample_bits)])):
         t = time.time()
-        path = profile_job.run(profile_job.build_parser().parse_args(
-            ["--model", args.spec, "--input", str(logs), "--out", str(work / f"approx-bench-{mode}"),
-             "--ds", "2026-12-01", *extra]))
+        path = profile_logs(spark, from_args(ProfileOptions, build_parser().parse_args(
+            ["profile", "--model", args.spec, "--input", str(logs), "--out", str(work / f"approx-bench-{mode}"),
+             "--ds", "2026-12-01", *extra])))
         seconds[mode] = time.time() - t
         stats[mode] = load_stats(path)
         print(f"{mode:12s} profile: {seconds[mode]:7.1f} s", flush=True)
     exact, approx = stats["exact"], stats["approximate"]
-    bound = approx.metadata["approximate"]["distinct_count_error_bound_99_7"]
+    bound = approx.metadata.approximate.distinct_count_error_bound_99_7
     print(f"approximate / exact time: {seconds['approximate'] / seconds['exact']:.2f}")
     # the aggregates' sizes: exact groups ids one by one, approximate groups them per row
     print(f"aggregated id groups: exact {sum(r['unique_raw_ids'] for r in exact.rows('features')):,} "
           f"(distinct raw ids), approximate at most {sum(r['unique_rows'] for r in exact.rows('features')):,} "
           f"(distinct rows)")
     print(f"HLL lg_k {args.hll_lg_k}: recorded error bound (3 RSE) {bound:.2%}; row sample rates "
-          f"{json.dumps(approx.metadata['approximate']['row_sample_rate'])}")
+          f"{json.dumps(approx.metadata.approximate.row_sample_rate)}")
 
     for level, key, columns in (("features", "feature", ("unique_raw_ids", "unique_rows")),
                                 ("tables", "table", ("unique_keys", "unique_rows"))):
@@ -97,18 +97,18 @@ def main() -> None:
         diff = np.abs(ce.cdf(k) - ca.cdf(k))
         worst.append(diff.max())
         one = max(1.0, 0.01 * ce.unique_rows)
-        rate = approx.metadata["approximate"]["row_sample_rate"][name]
+        rate = approx.metadata.approximate.row_sample_rate[name]
         print(f"{name:12s} {ce.unique_rows:9d} {rate:8.4f} {diff.max():9.4f} {diff[k >= 64].max(initial=0):10.4f} "
               f"{float(ce.cdf(one)):9.4f}/{float(ca.cdf(one)):.4f}")
     print(f"access CDF: max |dF| over tables {max(worst):.4f}, median {np.median(worst):.4f}")
 
     model, hardware = load_model_config(args.spec), load_hardware_config(args.hardware)
     on_exact = build_problem(exact, model, hardware)
-    options = MilpOptions(solver=args.solver, time_limit_s=args.time_limit)
+    options = SolveOptions(solver=args.solver, time_limit_s=args.time_limit)
     costs = {}
     for mode in ("exact", "approximate"):
-        plan = run(build_problem(stats[mode], model, hardware), options).best.plan
-        ev = evaluate(on_exact, plan)
+        plan = solve_problem(build_problem(stats[mode], model, hardware), options).best.plan
+        ev = cost_plan(on_exact, plan)
         costs[mode] = ev.max_cost
         print(f"plan from {mode:12s} stats, costed on exact stats: slowest GPU {ev.max_cost * 1e3:.4f} ms, "
               f"UVM accesses {ev.uvm_access_fraction:.2%}")

@@ -13,11 +13,9 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
-import sys
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def main() -> None:
@@ -30,12 +28,12 @@ def main() -> None:
 
     from pyspark.sql import functions as F
 
-    from jobs.common import spark_session
     from recshard_stats.config import load_model_config
     from recshard_stats.generate import generate
-    from recshard_stats.output import publish_profile
-    from recshard_stats.profile import profile
-    from recshard_stats.readers import is_multi_hot, normalize_parquet
+    from recshard_stats.options import ProfileOptions, SparkOptions
+    from recshard_stats.record_codes import is_multi_hot
+    from recshard_stats.spark_io import spark_session
+    from recshard_stats.stages import profile_logs
 
     model = load_model_config(args.spec)
     work = pathlib.Path(args.work)
@@ -47,7 +45,7 @@ def main() -> None:
             generate(args.spec, path, n, seed=1)
             print(f"generated {n} samples in {time.time() - t:.1f}s", flush=True)
         logs[n] = path
-    spark = spark_session("profile-bench", None, args.driver_memory)
+    spark = spark_session("profile-bench", SparkOptions(driver_memory=args.driver_memory))
     cores = spark.sparkContext.defaultParallelism
 
     def scan(path):
@@ -57,9 +55,8 @@ def main() -> None:
         return df.select(sum(terms).alias("ids")).agg(F.sum("ids")).collect()[0][0]
 
     def full_profile(path, n):
-        frame = normalize_parquet(spark.read.parquet(str(path)), model)
-        result = profile(spark, frame, model)
-        publish_profile(spark, result, str(work / f"stats-{n}"), "2026-12-01", {"bench": True})
+        profile_logs(spark, ProfileOptions(model=args.spec, inputs=(str(path),), out=str(work / f"stats-{n}"),
+                                           ds="2026-12-01"))
 
     # warm the JVM (JIT, class loading) on the smallest input so the first size is not penalised
     scan(logs[args.sizes[0]])

@@ -15,25 +15,21 @@ GPU cost) and the share of accesses served from UVM.
 from __future__ import annotations
 
 import argparse
-import pathlib
-import sys
 import time
 
 import numpy as np
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from recshard_stats.config import HardwareConfig  # noqa: E402
-from recshard_stats.stats import load_stats  # noqa: E402
-from solver import milp  # noqa: E402
-from solver.baselines import all_baselines  # noqa: E402
-from solver.heuristic import balanced_plan  # noqa: E402
-from solver.milp import MilpOptions  # noqa: E402
-from solver.plan import evaluate  # noqa: E402
-from solver.problem import Problem, TableDemand  # noqa: E402
-from solver.solve import run  # noqa: E402
-from solver.waterfill import lower_bound  # noqa: E402
+from recshard_stats.config import HardwareConfig
+from recshard_stats.stats_reader import load_stats
+from recshard_stats.solver import milp
+from recshard_stats.solver.baselines import all_baselines
+from recshard_stats.solver.heuristic import balanced_plan
+from recshard_stats.options import SolveOptions
+from recshard_stats.solver.plan import cost_plan
+from recshard_stats.solver.problem import Problem, TableDemand
+from recshard_stats.solver.solve import solve_problem
+from recshard_stats.solver.waterfill import lower_bound
 
 
 def instance(stats_path: str, num_tables: int, num_gpus: int, pressure: float, seed: int) -> Problem:
@@ -76,17 +72,17 @@ def main() -> None:
         for solver in args.solvers:
             if solver == "heuristic":  # the MILP's warm start alone, for sizes the MILP cannot take
                 t0 = time.time()
-                plan = evaluate(problem, balanced_plan(problem))
+                plan = cost_plan(problem, balanced_plan(problem))
                 wall, bound = time.time() - t0, lower_bound(problem)
                 print(f"heuristic: {wall:.1f}s wall, gap to lower bound {plan.max_cost / bound - 1:.2%}")
-                report([plan, *(evaluate(problem, p) for p in all_baselines(problem))])
+                report([plan, *(cost_plan(problem, p) for p in all_baselines(problem))])
                 continue
             if not milp.available(solver):
                 print(f"{solver}: not installed")
                 continue
             t0 = time.time()
             try:
-                outcome = run(problem, MilpOptions(solver=solver, time_limit_s=args.time_limit, mip_gap=args.mip_gap))
+                outcome = solve_problem(problem, SolveOptions(solver=solver, time_limit_s=args.time_limit, mip_gap=args.mip_gap))
             except Exception as exc:  # a benchmark reports a failed solver and goes on
                 print(f"{solver}: failed after {time.time() - t0:.1f}s: {exc}", flush=True)
                 continue

@@ -1,1 +1,2 @@
-"""spark-submit entry points: argument parsing, SparkSession and I/O only; the work is in recshard_stats."""
+"""spark-submit entry points (installed as ``recshard_stats.jobs``): each is the console script's
+Spark subcommand of the same stage, so arguments, defaults and errors are those of ``recshard``."""

@@ -1,12 +1,20 @@
-"""``recshard``: one console script, a thin subcommand over each library function / job."""
+"""``recshard``: one console script, a thin subcommand over each stage's library function.
+
+Arguments come from the stages' option dataclasses (:mod:`recshard_stats.options`), so each
+default lives there; the spark-submit jobs in ``jobs/`` are this script's Spark subcommands.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import pathlib
 import sys
+from typing import Callable
 
-from recshard_stats.manifest import load_manifest, publish_latest
+from recshard_stats.errors import RecShardError
+from recshard_stats.options import (ProfileOptions, RemapOptions, ReplayOptions, SolveOptions, SparkOptions,
+                                    add_arguments, check_ds, from_args)
 
 EXAMPLES = """examples:
   recshard run --out example_run                   # the built-in example, end to end
@@ -21,6 +29,84 @@ EXAMPLES = """examples:
 
 each command's --help has its options and more examples.
 """
+PROFILE_EXAMPLES = """examples:
+  recshard profile --model conf/criteo_kaggle.yaml --input day_0.tsv --out stats --ds 2026-12-01
+  recshard profile --model conf/synthetic.yaml --input logs/ --out stats --row-counts --sample-fraction 0.1
+  recshard profile --model conf/synthetic.yaml --input logs/ --out stats --skip-corrupt-files
+  recshard profile --model conf/synthetic.yaml --input logs/ --out stats --approximate --hll-lg-k 16
+  spark-submit --master yarn --py-files dist/recshard_stats.zip jobs/profile_job.py --model ... --input ... --out ...
+"""
+SOLVE_EXAMPLES = """examples:
+  recshard solve --stats stats/ds=2026-12-01 --model conf/synthetic.yaml --hardware conf/hardware.yaml --out manifests
+  recshard solve ... --solver glpk --time-limit 30 --mip-gap 0.02
+"""
+REMAP_EXAMPLES = """examples:
+  recshard remap --manifest manifests/ds=2026-12-01 --stats stats/ds=2026-12-01
+  spark-submit --master yarn --py-files dist/recshard_stats.zip jobs/remap_job.py --manifest ... --stats ...
+"""
+EVALUATE_EXAMPLES = """examples:
+  recshard evaluate --manifest manifests/ds=2026-12-01 --logs logs/ds=2026-12-02
+  recshard evaluate --manifest manifests/ds=2026-12-01 --logs day_1.tsv --out eval.json
+  spark-submit jobs/replay_job.py --manifest manifests/ds=2026-12-01 --logs logs/ds=2026-12-02
+"""
+RUN_EXAMPLES = """examples:
+  recshard run                                      # 200k samples/day into ./example_run
+  recshard run --samples 2000000 --solver highs --out /tmp/big_run
+"""
+CONF = pathlib.Path(__file__).resolve().parents[1] / "conf"
+
+
+def setup_logging(verbose: bool = False) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    for noisy in ("py4j", "pyomo"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def run_main(body: Callable[[], int | None]) -> int:
+    """Run a command; an expected failure becomes one readable line on stderr and exit code 2."""
+    try:
+        return body() or 0
+    except RecShardError as exc:
+        print(f"error: {exc.render()}", file=sys.stderr)
+        for key, value in exc.context.items():
+            print(f"  {key}: {value}", file=sys.stderr)
+        return 2
+
+
+def _spark(args, app: str):
+    from recshard_stats.spark_io import spark_session
+
+    return spark_session(app, from_args(SparkOptions, args))
+
+
+def _profile(args) -> None:
+    from recshard_stats.config import load_model_config
+    from recshard_stats.stages import profile_logs
+
+    options = from_args(ProfileOptions, args)  # options and config are checked before Spark starts
+    model = load_model_config(options.model)
+    print(profile_logs(_spark(args, "recshard-profile"), options, model))
+
+
+def _solve(args) -> None:
+    from recshard_stats.solver.manifest_builder import solve_to_manifest
+
+    print(solve_to_manifest(args.stats, args.model, args.hardware, args.out, args.ds, from_args(SolveOptions, args)))
+
+
+def _remap(args) -> None:
+    from recshard_stats.stages import remap_manifest
+
+    options = from_args(RemapOptions, args)
+    print(remap_manifest(_spark(args, "recshard-remap"), options))
+
+
+def _evaluate(args) -> None:
+    from recshard_stats.stages import replay_logs
+
+    options = from_args(ReplayOptions, args)
+    print(replay_logs(_spark(args, "recshard-evaluate"), options))
 
 
 def _generate(args) -> None:
@@ -30,130 +116,110 @@ def _generate(args) -> None:
                    processes=args.processes))
 
 
-SOLVE_EXAMPLES = """examples:
-  recshard solve --stats stats/ds=2026-12-01 --model conf/synthetic.yaml --hardware conf/hardware.yaml --out manifests
-  recshard solve ... --solver glpk --time-limit 30 --mip-gap 0.02
-"""
-
-
-def _solve(args) -> None:
-    from solver.manifest import solve_to_manifest
-    from solver.milp import MilpOptions
-
-    options = MilpOptions(solver=args.solver, time_limit_s=args.time_limit, mip_gap=args.mip_gap,
-                          cdf_segments=args.cdf_segments, symmetry_breaking=not args.no_symmetry_breaking)
-    print(solve_to_manifest(args.stats, args.model, args.hardware, args.out, args.ds, options))
-
-
-RUN_EXAMPLES = """examples:
-  recshard run                                      # 200k samples/day into ./example_run
-  recshard run --samples 2000000 --solver highs --out /tmp/big_run
-"""
-CONF = pathlib.Path(__file__).resolve().parents[1] / "conf"
-
-
 def _report(args) -> None:
     from recshard_stats.report import write_report
 
     print(write_report(args.manifest, args.out, args.stats, args.evaluation))
 
 
+def _validate(args) -> None:
+    from recshard_stats.manifest import load_manifest
+
+    loaded = load_manifest(args.manifest, args.model, require_remap=True)
+    plan = loaded.manifest.plan
+    print(f"{loaded.path}: valid; {len(loaded.tables)} tables on {loaded.num_gpus} GPUs, "
+          f"{plan.objective_ms:.4f} ms/batch, gap {plan.gap:.2%}, solver {plan.solver} ({plan.status})")
+
+
+def _publish(args) -> None:
+    from recshard_stats.manifest import publish_latest
+
+    print(publish_latest(args.root, args.manifest, args.model))
+
+
 def _run(args) -> None:
-    """Each stage through its own entry point, exactly as a user would call it."""
+    """Each stage through the library call its command makes, exactly as a user would run them."""
     import datetime
 
-    from jobs import evaluate as evaluate_job
-    from jobs import profile as profile_job
-    from jobs import remap as remap_job
     from recshard_stats.generate import generate
-
-    out = pathlib.Path(args.out)
-    held_out = (datetime.date.fromisoformat(args.ds) + datetime.timedelta(days=1)).isoformat()
-    steps = 6
-    print(f"[1/{steps}] generating {args.samples} samples for {args.ds} and {held_out}", flush=True)
-    logs = {ds: generate(args.spec, out / "logs" / f"ds={ds}", args.samples, seed=seed)
-            for seed, ds in enumerate((args.ds, held_out))}
-    print(f"[2/{steps}] profiling {args.ds}", flush=True)
-    stats = profile_job.run(profile_job.build_parser().parse_args(
-        ["--model", args.spec, "--input", str(logs[args.ds]), "--out", str(out / "stats"), "--ds", args.ds,
-         "--row-counts"]))
-    print(f"[3/{steps}] solving with {args.solver}", flush=True)
-    _solve(build_parser().parse_args(
-        ["solve", "--stats", str(stats), "--model", args.spec, "--hardware", args.hardware,
-         "--out", str(out / "manifests"), "--solver", args.solver, "--time-limit", str(args.time_limit)]))
-    manifest = out / "manifests" / f"ds={args.ds}"
-    print(f"[4/{steps}] writing remap files", flush=True)
-    remap_job.run(remap_job.build_parser().parse_args(["--manifest", str(manifest), "--stats", str(stats)]))
-    print(f"[5/{steps}] replaying the held-out day {held_out}", flush=True)
-    evaluate_job.run(evaluate_job.build_parser().parse_args(
-        ["--manifest", str(manifest), "--logs", str(logs[held_out])]))
-    print(f"[6/{steps}] writing the report", flush=True)
     from recshard_stats.report import write_report
+    from recshard_stats.solver.manifest_builder import solve_to_manifest
+    from recshard_stats.spark_io import spark_session
+    from recshard_stats.stages import profile_logs, remap_manifest, replay_logs
 
+    ds = check_ds(args.ds)
+    out = pathlib.Path(args.out)
+    held_out = (datetime.date.fromisoformat(ds) + datetime.timedelta(days=1)).isoformat()
+    steps = 6
+    print(f"[1/{steps}] generating {args.samples} samples for {ds} and {held_out}", flush=True)
+    logs = {day: generate(args.spec, out / "logs" / f"ds={day}", args.samples, seed=seed)
+            for seed, day in enumerate((ds, held_out))}
+    print(f"[2/{steps}] profiling {ds}", flush=True)
+    spark = spark_session("recshard-run")
+    stats = profile_logs(spark, ProfileOptions(model=args.spec, inputs=(str(logs[ds]),), out=str(out / "stats"),
+                                               ds=ds, row_counts=True))
+    print(f"[3/{steps}] solving with {args.solver}", flush=True)
+    manifest = solve_to_manifest(stats, args.spec, args.hardware, out / "manifests", ds,
+                                 from_args(SolveOptions, args)).parent
+    print(f"[4/{steps}] writing remap files", flush=True)
+    remap_manifest(spark, RemapOptions(manifest=str(manifest), stats=str(stats)))
+    print(f"[5/{steps}] replaying the held-out day {held_out}", flush=True)
+    replay_logs(spark, ReplayOptions(manifest=str(manifest), logs=(str(logs[held_out]),)))
+    print(f"[6/{steps}] writing the report", flush=True)
     report = write_report(manifest, out / "report.html", stats)
     print(f"done: manifest {manifest / 'manifest.json'}, report {report}")
 
 
-def _validate(args) -> None:
-    manifest = load_manifest(args.manifest, args.model, require_remap=True)
-    plan = manifest.plan
-    print(f"{manifest.path}: valid; {len(manifest.tables)} tables on {manifest.num_gpus} GPUs, "
-          f"{plan['objective_ms']:.4f} ms/batch, gap {plan['gap']:.2%}, solver {plan['solver']} ({plan['status']})")
-
 
 def build_parser() -> argparse.ArgumentParser:
-    from jobs import profile as profile_job
-    from jobs import evaluate as evaluate_job
-    from jobs import remap as remap_job
+    from recshard_stats.generate import DEFAULT_CHUNK_ROWS
 
     parser = argparse.ArgumentParser(prog="recshard", description="RecShard: profile logs, solve the sharding "
                                      "MILP, hand a manifest to training.", epilog=EXAMPLES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     fmt = argparse.RawDescriptionHelpFormatter
 
-    gen = sub.add_parser("generate", help="write synthetic Parquet logs", formatter_class=fmt,
-                         epilog="example:\n  recshard generate --spec conf/synthetic.yaml --samples 10000000 --out logs")
-    gen.add_argument("--spec", default="conf/synthetic.yaml", help="model config with synthetic blocks")
+    def command(name: str, help_text: str, epilog: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help_text, epilog=epilog, formatter_class=fmt, parents=[common])
+
+    def spark_command(name: str, help_text: str, epilog: str, options: type, func) -> None:
+        parser = command(name, help_text, epilog)
+        add_arguments(parser, options)
+        add_arguments(parser, SparkOptions)
+        parser.set_defaults(func=func)
+
+    gen = command("generate", "write synthetic Parquet logs",
+                  "example:\n  recshard generate --spec conf/synthetic.yaml --samples 10000000 --out logs")
+    gen.add_argument("--spec", default=str(CONF / "synthetic.yaml"), help="model config with synthetic blocks")
     gen.add_argument("--samples", type=int, required=True)
     gen.add_argument("--out", required=True, help="output directory (replaced atomically)")
     gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--chunk-rows", type=int, default=250_000, help="rows per Parquet file")
+    gen.add_argument("--chunk-rows", type=int, default=DEFAULT_CHUNK_ROWS,
+                     help=f"rows per Parquet file (default {DEFAULT_CHUNK_ROWS})")
     gen.add_argument("--processes", type=int, default=None, help="worker processes (default: all cores)")
     gen.set_defaults(func=_generate)
 
-    prof = sub.add_parser("profile", help="profile logs into stats Parquet (Spark)", formatter_class=fmt,
-                          epilog=profile_job.EXAMPLES)
-    profile_job.build_parser(prof)
-    prof.set_defaults(func=lambda a: print(profile_job.run(a)))
+    spark_command("profile", "profile logs into stats Parquet (Spark)", PROFILE_EXAMPLES, ProfileOptions, _profile)
 
-    solve = sub.add_parser("solve", help="solve the sharding MILP -> manifest.json", formatter_class=fmt,
-                           epilog=SOLVE_EXAMPLES)
+    solve = command("solve", "solve the sharding MILP -> manifest.json", SOLVE_EXAMPLES)
     solve.add_argument("--stats", required=True, help="a stats partition, <stats>/ds=<date>")
     solve.add_argument("--model", required=True, help="model config (tables, hash sizes, dims)")
     solve.add_argument("--hardware", required=True, help="hardware config (GPUs, HBM, host, bandwidths)")
     solve.add_argument("--out", required=True, help="manifest root; writes <out>/ds=<date>/manifest.json")
-    solve.add_argument("--ds", default=None, help="partition date (default: the stats partition's)")
-    solve.add_argument("--solver", default="cbc", choices=("glpk", "cbc", "highs"))
-    solve.add_argument("--time-limit", type=float, default=60.0, help="seconds (default 60)")
-    solve.add_argument("--mip-gap", type=float, default=0.01, help="relative MIP gap to stop at (default 0.01)")
-    solve.add_argument("--cdf-segments", type=int, default=16,
-                       help="linear pieces of each table's access CDF in the MILP (default 16)")
-    solve.add_argument("--no-symmetry-breaking", action="store_true")
+    solve.add_argument("--ds", default=None, help="partition date YYYY-MM-DD (default: the stats partition's)")
+    add_arguments(solve, SolveOptions)
     solve.set_defaults(func=_solve)
 
-    remap = sub.add_parser("remap", help="write remap files (hot rows first) next to a manifest (Spark)",
-                           formatter_class=fmt, epilog=remap_job.EXAMPLES)
-    remap_job.build_parser(remap)
-    remap.set_defaults(func=lambda a: print(remap_job.run(a)))
+    spark_command("remap", "write remap files (hot rows first) next to a manifest (Spark)", REMAP_EXAMPLES,
+                  RemapOptions, _remap)
+    spark_command("evaluate", "replay held-out logs through a manifest (Spark)", EVALUATE_EXAMPLES,
+                  ReplayOptions, _evaluate)
 
-    evaluate = sub.add_parser("evaluate", help="replay held-out logs through a manifest (Spark)",
-                              formatter_class=fmt, epilog=evaluate_job.EXAMPLES)
-    evaluate_job.build_parser(evaluate)
-    evaluate.set_defaults(func=lambda a: print(evaluate_job.run(a)))
-
-    report = sub.add_parser("report", help="self-contained HTML report of a plan", formatter_class=fmt,
-                            epilog="example:\n  recshard report --manifest manifests/ds=2026-12-01 --out report.html")
+    report = command("report", "self-contained HTML report of a plan",
+                     "example:\n  recshard report --manifest manifests/ds=2026-12-01 --out report.html")
     report.add_argument("--manifest", required=True, help="manifest.json or its directory")
     report.add_argument("--stats", default=None, help="stats partition (default: the manifest's inputs.stats)")
     report.add_argument("--evaluation", default=None,
@@ -161,39 +227,34 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", required=True, help="HTML file to write")
     report.set_defaults(func=_report)
 
-    validate = sub.add_parser("validate", help="check a manifest the way a trainer loads it", formatter_class=fmt,
-                              epilog="example:\n  recshard validate --manifest manifests/ds=2026-12-01 "
-                              "--model conf/synthetic.yaml")
+    validate = command("validate", "check a manifest the way a trainer loads it",
+                       "example:\n  recshard validate --manifest manifests/ds=2026-12-01 --model conf/synthetic.yaml")
     validate.add_argument("--manifest", required=True)
     validate.add_argument("--model", default=None, help="the trainer's model config, to match against")
     validate.set_defaults(func=_validate)
 
-    publish = sub.add_parser("publish", help="point <root>/latest.json at a manifest once it validates",
-                             formatter_class=fmt, epilog="example:\n  recshard publish --manifest "
-                             "manifests/ds=2026-12-01 --root manifests")
+    publish = command("publish", "point <root>/latest.json at a manifest once it validates",
+                      "example:\n  recshard publish --manifest manifests/ds=2026-12-01 --root manifests")
     publish.add_argument("--manifest", required=True)
     publish.add_argument("--root", required=True, help="the directory holding latest.json")
     publish.add_argument("--model", default=None)
-    publish.set_defaults(func=lambda a: print(publish_latest(a.root, a.manifest, a.model)))
+    publish.set_defaults(func=_publish)
 
-    run = sub.add_parser("run", help="the whole pipeline on generated logs: generate, profile, solve, remap, "
-                         "evaluate on a held-out day, report", formatter_class=fmt, epilog=RUN_EXAMPLES)
+    run = command("run", "the whole pipeline on generated logs: generate, profile, solve, remap, "
+                  "evaluate on a held-out day, report", RUN_EXAMPLES)
     run.add_argument("--out", default="example_run", help="working directory (default: example_run)")
     run.add_argument("--spec", default=str(CONF / "synthetic.yaml"), help="synthetic model config")
     run.add_argument("--hardware", default=str(CONF / "hardware_example.yaml"))
     run.add_argument("--samples", type=int, default=200_000, help="samples per generated day (default 200000)")
-    run.add_argument("--solver", default="cbc", choices=("glpk", "cbc", "highs"))
-    run.add_argument("--time-limit", type=float, default=60.0)
     run.add_argument("--ds", default="2026-12-01", help="the profiled day; the next day is held out")
+    add_arguments(run, SolveOptions, skip=("mip_gap", "cdf_segments", "symmetry_breaking"))
     run.set_defaults(func=_run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    from jobs.common import run_main, setup_logging
-
     args = build_parser().parse_args(argv)
-    setup_logging(getattr(args, "verbose", False))
+    setup_logging(args.verbose)
     return run_main(lambda: args.func(args))
 
 

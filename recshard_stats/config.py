@@ -68,6 +68,10 @@ class ModelConfig:
             "tables": [{**dataclasses.asdict(t), "features": list(t.features)} for t in self.tables],
         }
 
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "model config") -> "ModelConfig":
+        return parse_model_config(data, source)
+
     def digest(self) -> str:
         return digest_of(self.to_dict())
 

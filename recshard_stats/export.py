@@ -18,20 +18,21 @@ or torchrec is not needed to write it.
 
 from __future__ import annotations
 
+from recshard_stats.manifest import Manifest
 
-def torchrec_plan(manifest: dict) -> dict:
+
+def torchrec_plan(manifest: Manifest) -> dict:
     tables = {}
-    for t in manifest["tables"]:
-        fused = t["rows_hbm"] == t["hash_size"]
-        tables[t["name"]] = {
+    for t in manifest.tables:
+        tables[t.name] = {
             "sharding_type": "table_wise",
-            "ranks": [t["gpu"]],
-            "compute_kernel": "fused" if fused else "fused_uvm_caching",
-            "cache_load_factor": None if fused else t["rows_hbm"] / t["hash_size"],
-            "num_embeddings": t["hash_size"],
-            "embedding_dim": t["dim"],
-            "feature_names": list(t["features"]),
-            "pooling_factors": list(t.get("feature_pooling") or [t.get("pooling_factor", 1.0)]),
+            "ranks": [t.gpu],
+            "compute_kernel": "fused" if t.fully_in_hbm else "fused_uvm_caching",
+            "cache_load_factor": None if t.fully_in_hbm else t.rows_hbm / t.hash_size,
+            "num_embeddings": t.hash_size,
+            "embedding_dim": t.dim,
+            "feature_names": list(t.features),
+            "pooling_factors": list(t.feature_pooling),
         }
-    return {"format": "torchrec-plan", "source_manifest_digest": manifest["inputs"]["digest"],
-            "world_size": len(manifest["gpus"]), "tables": tables}
+    return {"format": "torchrec-plan", "source_manifest_digest": manifest.inputs.digest,
+            "world_size": manifest.num_gpus, "tables": tables}

@@ -1,13 +1,16 @@
 """The manifest contract: what the solver hands to training, and the loader trainers use.
 
-Needs numpy and pyarrow only (no Spark, no Pyomo)::
+One definition: the frozen dataclasses below (:class:`Manifest` and its entries), serialized by
+:meth:`Manifest.to_json` and read by :meth:`Manifest.from_json`; ``manifest.schema.json`` is
+tested field by field against them. Needs numpy and pyarrow only (no Spark, no Pyomo)::
 
     from recshard_stats.manifest import load_manifest, HBM
 
-    manifest = load_manifest("manifests/ds=2026-12-01/manifest.json", model="conf/model.yaml")
-    placement = manifest.table("t_user")          # gpu, rows_hbm, rows_uvm, ...
-    tier, index = manifest.remap("t_user", rows)  # rows: hashed rows of an id batch
+    loaded = load_manifest("manifests/ds=2026-12-01/manifest.json", model="conf/model.yaml")
+    placement = loaded.table("t_user")            # gpu, rows_hbm, rows_uvm, ...
+    tier, index = loaded.remap("t_user", rows)    # rows: hashed rows of an id batch
     hbm_rows = index[tier == HBM]                 # positions in the GPU's HBM part
+    loaded.manifest.plan.objective_ms             # the typed contract itself
 
 The remap of a table orders its rows hottest first: the ``n_seen`` rows accessed while
 profiling get indices ``[0, n_seen)`` (access count descending, row ascending), the rows
@@ -27,20 +30,20 @@ import hashlib
 import json
 import os
 import pathlib
-from typing import Any
 
 import numpy as np
 
+from recshard_stats.config import HardwareConfig, ModelConfig
 from recshard_stats.errors import Reason, RecShardError
+from recshard_stats.options import SolveOptions
+from recshard_stats.typed_json import DecodeError, from_plain, to_plain
 
 SCHEMA_VERSION = "1"
 MANIFEST_NAME = "manifest.json"
 LATEST_NAME = "latest.json"
 HBM, UVM = 0, 1
+KIND = "recshard-manifest"
 SCHEMA_PATH = pathlib.Path(__file__).with_name("manifest.schema.json")
-
-_TABLE_KEYS = ("name", "features", "gpu", "hash_size", "dim", "hash", "rows_hbm", "rows_uvm", "unique_rows",
-               "unused_rows", "predicted_hbm_access_fraction", "remap")
 
 
 def _invalid(message: str, *fixes: str, path=None) -> RecShardError:
@@ -91,7 +94,16 @@ def safe_relative(base: pathlib.Path, relative: str) -> pathlib.Path:
 
 
 @dataclasses.dataclass(frozen=True)
+class RemapFile:
+    """A table's remap (Parquet ``row, index, access_count`` of its seen rows, hottest first)."""
+    path: str          # relative to the manifest's directory
+    sha256: str
+    rows: int          # seen rows it holds (= the table's unique_rows)
+
+
+@dataclasses.dataclass(frozen=True)
 class TablePlacement:
+    """One table: where it lives, how it is split, and what the solver predicted for it."""
     name: str
     features: tuple[str, ...]
     gpu: int
@@ -101,12 +113,167 @@ class TablePlacement:
     rows_hbm: int
     rows_uvm: int
     unique_rows: int
+    unused_rows: int
     predicted_hbm_access_fraction: float
-    remap_path: pathlib.Path | None
+    predicted_cost_ms: float
+    accesses_per_batch: float
+    pooling_factor: float
+    feature_pooling: tuple[float, ...]   # mean ids per sample, per feature (TorchRec's pooling_factors)
+    coverage: float
+    row_bytes: float
+    remap: RemapFile | None              # None until `recshard remap` has run
+    unseen_hbm_below_row: int = 0        # never-seen rows below this row are in HBM (set by remap)
 
     @property
     def fully_in_hbm(self) -> bool:
         return self.rows_hbm == self.hash_size
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuPlacement:
+    rank: int
+    tables: tuple[str, ...]
+    hbm_bytes_used: int
+    hbm_bytes_capacity: int
+    predicted_cost_ms: float
+
+
+@dataclasses.dataclass(frozen=True)
+class BaselinePlan:
+    """Another planner's plan of the same tables, costed in the same model."""
+    name: str
+    max_cost_ms: float
+    imbalance: float
+    uvm_access_fraction: float
+    cost_vs_recshard: float
+    gpu: tuple[int, ...]          # per table, in the manifest's table order
+    rows_hbm: tuple[int, ...]
+    gpu_cost_ms: tuple[float, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanSummary:
+    solver: str
+    status: str                   # "optimal" or "time_limit"
+    source: str                   # "milp" or "warm_start"
+    objective_ms: float           # the shipped plan's slowest GPU, exact cost model
+    lower_bound_ms: float
+    gap: float
+    milp_objective_ms: float
+    milp_bound_ms: float | None
+    solve_seconds: float
+    imbalance: float
+    uvm_access_fraction: float
+    baselines: tuple[BaselinePlan, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class ManifestInputs:
+    """What the plan was computed from; ``digest`` covers all but the stats path."""
+    stats: str
+    stats_digest: str
+    stats_ds: str | None
+    model_digest: str
+    hardware_digest: str
+    solver_options: SolveOptions
+    digest: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    """The plan handed to training. Constructing one checks that it is consistent."""
+    ds: str
+    created_at: str
+    producer: str
+    inputs: ManifestInputs
+    model: ModelConfig
+    hardware: HardwareConfig
+    plan: PlanSummary
+    gpus: tuple[GpuPlacement, ...]
+    tables: tuple[TablePlacement, ...]
+    schema_version: str = SCHEMA_VERSION
+    kind: str = KIND
+
+    def __post_init__(self):
+        _check_consistency(self)
+
+    @property
+    def num_gpus(self) -> int:
+        return len(self.gpus)
+
+    def table(self, name: str) -> TablePlacement:
+        for t in self.tables:
+            if t.name == name:
+                return t
+        raise RecShardError(Reason.MANIFEST_MISMATCH, f"no table {name!r} in the manifest",
+                            fixes=(f"tables: {sorted(t.name for t in self.tables)[:10]}",))
+
+    def tables_on(self, gpu: int) -> list[TablePlacement]:
+        return [t for t in self.tables if t.gpu == gpu]
+
+    def to_json(self) -> str:
+        data = to_plain(self)
+        ordered = {"schema_version": data.pop("schema_version"), "kind": data.pop("kind"), **data}
+        return json.dumps(ordered, indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, data: str | dict, source: str = "manifest") -> "Manifest":
+        """Parse and check a manifest document (text or parsed JSON); errors name the field."""
+        if isinstance(data, str):
+            try:
+                data = json.loads(data)
+            except json.JSONDecodeError as exc:
+                raise _invalid(f"not valid JSON ({exc})", path=source) from None
+        if not isinstance(data, dict):
+            raise _invalid("top level is not a JSON object", path=source)
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise _invalid(f"schema_version {version!r}; this loader reads {SCHEMA_VERSION!r}",
+                           "upgrade recshard-stats" if str(version) > SCHEMA_VERSION else "regenerate the manifest",
+                           path=source)
+        try:
+            return from_plain(cls, data)
+        except DecodeError as exc:
+            raise _invalid(str(exc), path=source) from None
+        except RecShardError as exc:
+            raise RecShardError(exc.reason, f"{source}: {exc.message}", fixes=exc.fixes,
+                                context=exc.context) from None
+
+
+def _check_consistency(m: Manifest) -> None:
+    if m.kind != KIND or m.schema_version != SCHEMA_VERSION:
+        raise _invalid(f"kind/schema_version {m.kind!r}/{m.schema_version!r}, expected {KIND!r}/{SCHEMA_VERSION!r}")
+    if not m.tables or not m.gpus:
+        raise _invalid("a manifest needs at least one table and one GPU")
+    names = [t.name for t in m.tables]
+    if len(set(names)) != len(names):
+        raise _invalid(f"table names must be unique: {sorted({n for n in names if names.count(n) > 1})}")
+    for t in m.tables:
+        where = f"table {t.name!r}"
+        counts = {k: getattr(t, k) for k in ("gpu", "hash_size", "dim", "rows_hbm", "rows_uvm", "unique_rows",
+                                              "unused_rows", "unseen_hbm_below_row")}
+        negative = [k for k, v in counts.items() if v < 0]
+        if negative:
+            raise _invalid(f"{where}: {negative} must be non-negative")
+        if not t.features:
+            raise _invalid(f"{where}: features must not be empty")
+        if t.gpu >= m.num_gpus:
+            raise _invalid(f"{where} is on GPU {t.gpu}, the plan has {m.num_gpus}")
+        if t.rows_hbm + t.rows_uvm != t.hash_size:
+            raise _invalid(f"{where}: rows_hbm {t.rows_hbm} + rows_uvm {t.rows_uvm} != hash_size {t.hash_size}")
+        if t.unique_rows > t.hash_size:
+            raise _invalid(f"{where}: unique_rows {t.unique_rows} exceeds hash_size {t.hash_size}")
+
+
+def complete_with_remaps(manifest: Manifest, remaps: dict[str, tuple[RemapFile, int]]) -> Manifest:
+    """The manifest with each table's remap file and ``unseen_hbm_below_row`` filled in
+    (``remaps``: table -> (file, below row)); every table must be given."""
+    missing = [t.name for t in manifest.tables if t.name not in remaps]
+    if missing:
+        raise _invalid(f"no remap given for tables {missing[:5]}")
+    return dataclasses.replace(manifest, tables=tuple(
+        dataclasses.replace(t, remap=remaps[t.name][0], unseen_hbm_below_row=remaps[t.name][1])
+        for t in manifest.tables))
 
 
 @dataclasses.dataclass
@@ -115,27 +282,19 @@ class _Remap:
     seen_index: np.ndarray     # new index of seen_rows[i]
 
 
-class Manifest:
-    """A validated manifest. Build it with :func:`load_manifest`."""
+class ManifestFile:
+    """A validated manifest on disk: the :class:`Manifest`, its path, and the remap lookups a
+    trainer needs. Build it with :func:`load_manifest`."""
 
-    def __init__(self, path: pathlib.Path, data: dict):
+    def __init__(self, path: pathlib.Path, manifest: Manifest):
         self.path = path
-        self.data = data
-        self.tables = {t["name"]: TablePlacement(
-            name=t["name"], features=tuple(t["features"]), gpu=t["gpu"], hash_size=t["hash_size"], dim=t["dim"],
-            hash=t["hash"], rows_hbm=t["rows_hbm"], rows_uvm=t["rows_uvm"], unique_rows=t["unique_rows"],
-            predicted_hbm_access_fraction=t["predicted_hbm_access_fraction"],
-            remap_path=safe_relative(path.parent, t["remap"]["path"]) if t.get("remap") else None)
-            for t in data["tables"]}
+        self.manifest = manifest
+        self.tables = {t.name: t for t in manifest.tables}
         self._remaps: dict[str, _Remap] = {}
 
     @property
-    def plan(self) -> dict:
-        return self.data["plan"]
-
-    @property
     def num_gpus(self) -> int:
-        return len(self.data["gpus"])
+        return self.manifest.num_gpus
 
     def table(self, name: str) -> TablePlacement:
         if name not in self.tables:
@@ -144,17 +303,22 @@ class Manifest:
         return self.tables[name]
 
     def tables_on(self, gpu: int) -> list[TablePlacement]:
-        return [t for t in self.tables.values() if t.gpu == gpu]
+        return self.manifest.tables_on(gpu)
+
+    def remap_path(self, name: str) -> pathlib.Path | None:
+        """The table's remap file (checked to stay inside the manifest's directory), if written."""
+        remap = self.table(name).remap
+        return None if remap is None else safe_relative(self.path.parent, remap.path)
 
     def _remap_of(self, name: str) -> _Remap:
         if name not in self._remaps:
-            placement = self.table(name)
-            if placement.remap_path is None:
+            placement, file = self.table(name), self.remap_path(name)
+            if file is None:
                 raise RecShardError(Reason.MANIFEST_INVALID, f"{self.path}: table {name!r} has no remap file yet",
                                     fixes=("run `recshard remap` on this manifest",))
             import pyarrow.parquet as pq
 
-            t = pq.read_table(placement.remap_path, columns=["row", "index"])
+            t = pq.read_table(file, columns=["row", "index"])
             rows, index = t["row"].to_numpy(), t["index"].to_numpy()
             if len(rows) != placement.unique_rows:
                 raise _invalid(f"remap of {name!r} has {len(rows)} rows, manifest says {placement.unique_rows}",
@@ -190,62 +354,18 @@ class Manifest:
         return tier, np.where(tier == HBM, index, index - rows_hbm)
 
 
-def _check_structure(data: Any, path: pathlib.Path) -> None:
-    if not isinstance(data, dict):
-        raise _invalid("top level is not a JSON object", path=path)
-    version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise _invalid(f"schema_version {version!r}; this loader reads {SCHEMA_VERSION!r}",
-                       "upgrade recshard-stats" if str(version) > SCHEMA_VERSION else "regenerate the manifest",
-                       path=path)
-    for key, kind in (("tables", list), ("gpus", list), ("plan", dict), ("inputs", dict)):
-        if not isinstance(data.get(key), kind):
-            raise _invalid(f"'{key}' is missing or not a {kind.__name__}", path=path)
-    num_gpus = len(data["gpus"])
-    names = set()
-    for i, t in enumerate(data["tables"]):
-        if not isinstance(t, dict):
-            raise _invalid(f"tables[{i}] is not an object", path=path)
-        missing = [k for k in _TABLE_KEYS if k not in t]
-        if missing:
-            raise _invalid(f"tables[{i}] lacks {missing}", path=path)
-        where = f"table {t['name']!r}"
-        ints = ("gpu", "hash_size", "dim", "rows_hbm", "rows_uvm", "unique_rows", "unused_rows")
-        if any(isinstance(t[k], bool) or not isinstance(t[k], int) or t[k] < 0 for k in ints):
-            raise _invalid(f"{where}: {list(ints)} must be non-negative integers", path=path)
-        if not isinstance(t["name"], str) or t["name"] in names:
-            raise _invalid(f"{where}: names must be unique strings", path=path)
-        if not isinstance(t["features"], list) or not t["features"] or \
-                not all(isinstance(f, str) for f in t["features"]) or not isinstance(t["hash"], str):
-            raise _invalid(f"{where}: features must be a non-empty list of names and hash a string", path=path)
-        fraction = t["predicted_hbm_access_fraction"]
-        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
-            raise _invalid(f"{where}: predicted_hbm_access_fraction must be a number", path=path)
-        names.add(t["name"])
-        if t["gpu"] >= num_gpus:
-            raise _invalid(f"{where} is on GPU {t['gpu']}, the plan has {num_gpus}", path=path)
-        if t["rows_hbm"] + t["rows_uvm"] != t["hash_size"]:
-            raise _invalid(f"{where}: rows_hbm {t['rows_hbm']} + rows_uvm {t['rows_uvm']} != hash_size "
-                           f"{t['hash_size']}", path=path)
-        if t["unique_rows"] > t["hash_size"]:
-            raise _invalid(f"{where}: unique_rows {t['unique_rows']} exceeds hash_size {t['hash_size']}", path=path)
-        remap = t["remap"]
-        if remap is not None and not (isinstance(remap, dict) and {"path", "sha256"} <= set(remap)):
-            raise _invalid(f"{where}: remap must be null or {{path, sha256}}", path=path)
-
-
-def _check_model(manifest: Manifest, model) -> None:
-    from recshard_stats.config import ModelConfig, load_model_config
+def _check_model(loaded: ManifestFile, model) -> None:
+    from recshard_stats.config import load_model_config
 
     if not isinstance(model, ModelConfig):
         model = load_model_config(model)
     problems = []
     expected = {t.name for t in model.tables}
-    if set(manifest.tables) != expected:
-        problems.append(f"tables differ: only in manifest {sorted(set(manifest.tables) - expected)}, "
-                        f"only in model {sorted(expected - set(manifest.tables))}")
+    if set(loaded.tables) != expected:
+        problems.append(f"tables differ: only in manifest {sorted(set(loaded.tables) - expected)}, "
+                        f"only in model {sorted(expected - set(loaded.tables))}")
     for table in model.tables:
-        placed = manifest.tables.get(table.name)
+        placed = loaded.tables.get(table.name)
         if placed is None:
             continue
         for key in ("hash_size", "dim", "hash"):
@@ -256,13 +376,13 @@ def _check_model(manifest: Manifest, model) -> None:
             problems.append(f"table {table.name!r}: features {list(placed.features)} vs {list(table.features)}")
     if problems:
         raise RecShardError(Reason.MANIFEST_MISMATCH,
-                            f"{manifest.path} was planned for another model: " + "; ".join(problems[:5])
+                            f"{loaded.path} was planned for another model: " + "; ".join(problems[:5])
                             + (f" (+{len(problems) - 5} more)" if len(problems) > 5 else ""),
                             fixes=("re-run the solver with this model config", "load the matching manifest"))
 
 
 def load_manifest(path: str | os.PathLike, model=None, *, verify_checksums: bool = True,
-                  require_remap: bool = False) -> Manifest:
+                  require_remap: bool = False) -> ManifestFile:
     """Read and validate a manifest (a ``manifest.json`` or the directory holding it).
 
     ``model``: a :class:`~recshard_stats.config.ModelConfig` or a config path; when given, its
@@ -275,42 +395,46 @@ def load_manifest(path: str | os.PathLike, model=None, *, verify_checksums: bool
         raise RecShardError(Reason.INPUT_MISSING, f"manifest {path} does not exist",
                             fixes=("run `recshard solve` first", "check the path"))
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise _invalid(f"not valid JSON ({exc})", path=path) from None
-    _check_structure(data, path)
-    manifest = Manifest(path, data)
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise _invalid(f"not valid UTF-8 ({exc})", path=path) from None
+    loaded = ManifestFile(path, Manifest.from_json(text, source=str(path)))
     if require_remap:
-        lacking = [t.name for t in manifest.tables.values() if t.remap_path is None]
+        lacking = [t.name for t in loaded.manifest.tables if t.remap is None]
         if lacking:
             raise _invalid(f"tables without a remap file: {lacking[:5]}", "run `recshard remap`", path=path)
-    if verify_checksums:
-        for entry in data["tables"]:
-            if entry["remap"] is None:
-                continue
-            file = manifest.tables[entry["name"]].remap_path
-            if not file.exists():
-                raise _invalid(f"remap file {entry['remap']['path']} of table {entry['name']!r} is missing",
-                               path=path)
-            actual = sha256_data(file)
-            if actual != entry["remap"]["sha256"]:
-                raise RecShardError(Reason.MANIFEST_INVALID,
-                                    f"{path}: checksum mismatch for {entry['remap']['path']} "
-                                    f"(manifest {entry['remap']['sha256'][:19]}..., file {actual[:19]}...)",
-                                    fixes=("the file changed after the manifest was written; re-run "
-                                           "`recshard remap`",))
+    for t in loaded.manifest.tables:
+        file = loaded.remap_path(t.name)  # checks the path stays inside the manifest's directory
+        if not verify_checksums or file is None:
+            continue
+        if not file.exists():
+            raise _invalid(f"remap file {t.remap.path} of table {t.name!r} is missing", path=path)
+        actual = sha256_data(file)
+        if actual != t.remap.sha256:
+            raise RecShardError(Reason.MANIFEST_INVALID,
+                                f"{path}: checksum mismatch for {t.remap.path} "
+                                f"(manifest {t.remap.sha256[:19]}..., file {actual[:19]}...)",
+                                fixes=("the file changed after the manifest was written; re-run "
+                                       "`recshard remap`",))
     if model is not None:
-        _check_model(manifest, model)
-    return manifest
+        _check_model(loaded, model)
+    return loaded
 
 
-def write_manifest(path: str | os.PathLike, data: dict) -> pathlib.Path:
-    """Validate and write atomically (temp file + rename)."""
+def write_manifest(path: str | os.PathLike, manifest: Manifest) -> pathlib.Path:
+    """Write atomically (temp file + rename); the manifest was checked when it was built."""
     from recshard_stats.atomic import write_text_atomic
 
-    path = pathlib.Path(path)
-    _check_structure(data, path)
-    return write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+    return write_text_atomic(path, manifest.to_json())
+
+
+@dataclasses.dataclass(frozen=True)
+class LatestPointer:
+    """``<root>/latest.json``: the published manifest, relative to the root, and its checksum."""
+    manifest: str
+    ds: str
+    digest: str
+    sha256: str
 
 
 def publish_latest(root: str | os.PathLike, manifest_path: str | os.PathLike, model=None) -> pathlib.Path:
@@ -318,22 +442,25 @@ def publish_latest(root: str | os.PathLike, manifest_path: str | os.PathLike, mo
     from recshard_stats.atomic import write_text_atomic
 
     root = pathlib.Path(root)
-    manifest = load_manifest(manifest_path, model, require_remap=True)
-    relative = os.path.relpath(manifest.path.resolve(), root.resolve())
+    loaded = load_manifest(manifest_path, model, require_remap=True)
+    relative = os.path.relpath(loaded.path.resolve(), root.resolve())
     safe_relative(root, relative)
-    pointer = {"manifest": pathlib.PurePath(relative).as_posix(), "ds": manifest.data.get("ds"),
-               "digest": manifest.data["inputs"].get("digest"), "sha256": sha256_file(manifest.path)}
-    return write_text_atomic(root / LATEST_NAME, json.dumps(pointer, indent=2) + "\n")
+    pointer = LatestPointer(manifest=pathlib.PurePath(relative).as_posix(), ds=loaded.manifest.ds,
+                            digest=loaded.manifest.inputs.digest, sha256=sha256_file(loaded.path))
+    return write_text_atomic(root / LATEST_NAME, json.dumps(to_plain(pointer), indent=2) + "\n")
 
 
-def load_latest(root: str | os.PathLike, model=None) -> Manifest:
+def load_latest(root: str | os.PathLike, model=None) -> ManifestFile:
     """The manifest ``<root>/latest.json`` points to, checked against the pointer's checksum."""
     root = pathlib.Path(root)
     pointer_path = root / LATEST_NAME
     if not pointer_path.is_file():
         raise RecShardError(Reason.INPUT_MISSING, f"{pointer_path} does not exist", fixes=("publish a manifest",))
-    pointer = json.loads(pointer_path.read_text())
-    path = safe_relative(root, pointer.get("manifest"))
-    if sha256_file(path) != pointer.get("sha256"):
-        raise _invalid(f"{pointer['manifest']} changed after it was published", path=pointer_path)
+    try:
+        pointer = from_plain(LatestPointer, json.loads(pointer_path.read_text()))
+    except (json.JSONDecodeError, DecodeError) as exc:
+        raise _invalid(f"not a latest pointer ({exc})", "publish a manifest again", path=pointer_path) from None
+    path = safe_relative(root, pointer.manifest)
+    if not path.is_file() or sha256_file(path) != pointer.sha256:
+        raise _invalid(f"{pointer.manifest} changed after it was published", path=pointer_path)
     return load_manifest(path, model, require_remap=True)

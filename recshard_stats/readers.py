@@ -10,7 +10,7 @@ The normalized frame has, for feature i of the model config (in config order):
   row that were rejected (they count as absent, and are reported per column and reason);
 - ``_valid``: false for a row that could not be parsed at all (it is counted, not used).
 
-Columns index :func:`reject_columns`, reasons :data:`REJECT_REASONS`. Only scalar
+Codes: :mod:`recshard_stats.record_codes`. Only scalar
 functions are used per row (no higher-order lambdas, which Spark interprets slowly).
 Pure DataFrame -> DataFrame code: reading files and the SparkSession belong to ``jobs/``.
 """
@@ -23,44 +23,19 @@ from pyspark.sql import types as T
 
 from recshard_stats.config import CRITEO_DENSE, CRITEO_SPARSE, ModelConfig
 from recshard_stats.errors import Reason, RecShardError
+from recshard_stats.record_codes import is_multi_hot, reject_code
 
-REJECT_REASONS = ("null_id", "not_hex", "not_integer", "wrong_field_count")
-_REASON = {r: i for i, r in enumerate(REJECT_REASONS)}
 CRITEO_FIELDS = 1 + len(CRITEO_DENSE) + len(CRITEO_SPARSE)
 HEX_PATTERN = "^[0-9a-fA-F]{1,15}$"
 INT_PATTERN = "^-?[0-9]{1,18}$"
-
-REASON_BITS = 8
 
 
 def _empty() -> Column:
     return F.array().cast("array<bigint>")
 
 
-def reject_columns(model: ModelConfig) -> list[str]:
-    """Names of the columns that ``_rejects`` refers to: the features, then (for Criteo TSV)
-    the label and the dense columns, whose values are validated too."""
-    names = [f.name for f in model.features]
-    if model.input_format == "criteo_tsv":
-        names += ["label", *CRITEO_DENSE]
-    return names
-
-
-def needs_key_hash(feature_type: str, hash_fn: str) -> bool:
-    """True where ``k{i}`` holds raw integer ids that still need ``xxhash64`` to become keys."""
-    return hash_fn == "xxhash64" and feature_type != "string"
-
-
-def is_multi_hot(feature_type: str) -> bool:
-    return feature_type == "array<int64>"
-
-
-def decode_reject(code: int) -> tuple[int, str]:
-    return code >> REASON_BITS, REJECT_REASONS[code & ((1 << REASON_BITS) - 1)]
-
-
 def _reject(column: int, reason: str, times: Column | None = None) -> Column:
-    code = F.lit((column << REASON_BITS) | _REASON[reason]).cast("bigint")
+    code = F.lit(reject_code(column, reason)).cast("bigint")
     return F.array(code) if times is None else F.array_repeat(code, times)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from recshard_stats.stats import StatsPartition
+from recshard_stats.stats_reader import StatsPartition
 
 
 def hotter_rows(spark: SparkSession, stats: StatsPartition, tables: list[str]) -> DataFrame:
@@ -49,3 +49,11 @@ def unseen_hbm_below(remapped: DataFrame, spill: DataFrame) -> DataFrame:
              .groupBy("table").agg(F.min("rank").alias("rank")))
     return (spill.join(first, "table", "left")
             .select("table", (F.col("k") + F.coalesce(F.col("rank"), F.col("n_seen"))).alias("below_row")))
+
+
+def empty_remap_table():
+    """The remap of a table no row of which was seen: no rows (every row keeps its place)."""
+    import pyarrow as pa
+
+    return pa.table({"row": pa.array([], pa.int64()), "index": pa.array([], pa.int64()),
+                     "access_count": pa.array([], pa.int64())})

@@ -2,14 +2,60 @@
 plans' per-batch cost on that data under the same cost model the solver predicted with.
 
 Spark part (:func:`tier_hits`): a distributed join of held-out row counts with the remap
-files; only per-table sums reach the driver. The rest (:func:`summarize`) is plain Python.
+files; only per-table sums reach the driver. The rest (:func:`summarize`) is plain Python and
+gives the typed :class:`Evaluation` (``evaluation.json``, read back by the report).
 """
 
 from __future__ import annotations
 
-from recshard_stats.costmodel import table_seconds
+import dataclasses
+import json
+import pathlib
+
+from recshard_stats.costmodel import placement_cost
+from recshard_stats.manifest import Manifest
+from recshard_stats.typed_json import from_plain
 
 _MS = 1e3
+EVALUATION_NAME = "evaluation.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayedPlan:
+    max_cost_ms: float
+    gpu_cost_ms: tuple[float, ...]
+    imbalance: float
+    uvm_access_fraction: float
+    predicted_max_cost_ms: float
+    predicted_uvm_access_fraction: float
+    cost_vs_recshard: float
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayedTable:
+    name: str
+    gpu: int
+    accesses: int
+    hbm_access_fraction: float
+    predicted_hbm_access_fraction: float
+    unseen_access_fraction: float
+    accesses_per_batch: float
+    predicted_accesses_per_batch: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    """``evaluation.json``: the held-out day replayed through RecShard's plan and each baseline."""
+    num_samples: int
+    plans: dict[str, ReplayedPlan]      # "recshard" first, then the baselines
+    tables: tuple[ReplayedTable, ...]
+    manifest: str
+    logs: tuple[str, ...]
+    ds: str
+
+
+def load_evaluation(path: str | pathlib.Path) -> Evaluation:
+    return from_plain(Evaluation, json.loads(pathlib.Path(path).read_text()), str(path))
 
 
 def tier_hits(row_counts, remap, placement):
@@ -32,52 +78,54 @@ def tier_hits(row_counts, remap, placement):
         F.sum(F.when(F.col("index").isNull(), F.col("access_count")).otherwise(0)).alias("unseen_accesses"))
 
 
-def _plan_cost(manifest: dict, hbm_fraction: dict[str, float], accesses_per_batch: dict[str, float],
-               gpu_of: dict[str, int]) -> dict:
-    hw = manifest["hardware"]
-    gpus = [0.0] * len(manifest["gpus"])
-    uvm = total = 0.0
-    for t in manifest["tables"]:
-        name = t["name"]
-        a, f = accesses_per_batch[name], hbm_fraction[name]
-        gpus[gpu_of[name]] += table_seconds(a, t["row_bytes"], f, hw["hbm_bandwidth"], hw["uvm_bandwidth"])
-        uvm += a * (1 - f)
-        total += a
-    mean = sum(gpus) / len(gpus)
-    return {"max_cost_ms": max(gpus) * _MS, "gpu_cost_ms": [c * _MS for c in gpus],
-            "imbalance": max(gpus) / mean if mean else 1.0, "uvm_access_fraction": uvm / total if total else 0.0}
+def _replayed(manifest: Manifest, gpu, hbm_fraction, accesses_per_batch, predicted_max_cost_ms: float,
+              predicted_uvm_access_fraction: float, recshard_ms: float | None) -> ReplayedPlan:
+    hw = manifest.hardware
+    cost = placement_cost(manifest.num_gpus, gpu, accesses_per_batch, [t.row_bytes for t in manifest.tables],
+                          hbm_fraction, hw.hbm_bandwidth, hw.uvm_bandwidth)
+    max_ms = cost.max_cost * _MS
+    return ReplayedPlan(max_cost_ms=max_ms, gpu_cost_ms=tuple(c * _MS for c in cost.gpu_cost),
+                        imbalance=cost.imbalance, uvm_access_fraction=cost.uvm_access_fraction,
+                        predicted_max_cost_ms=predicted_max_cost_ms,
+                        predicted_uvm_access_fraction=predicted_uvm_access_fraction,
+                        cost_vs_recshard=max_ms / recshard_ms if recshard_ms else 1.0)
 
 
-def summarize(manifest: dict, hits: dict[str, dict], num_samples: int) -> dict:
+def summarize(manifest: Manifest, hits: dict[str, dict], num_samples: int, *, manifest_path: str,
+              logs) -> Evaluation:
     """hits: table -> {accesses, hbm_accesses, unseen_accesses} on the held-out data."""
-    batch = manifest["hardware"]["batch_size"]
-    accesses = {t["name"]: batch * hits.get(t["name"], {}).get("accesses", 0) / num_samples
-                for t in manifest["tables"]}
-    recshard_f, tables = {}, []
-    for t in manifest["tables"]:
-        h = hits.get(t["name"], {"accesses": 0, "hbm_accesses": 0, "unseen_accesses": 0})
-        f = h["hbm_accesses"] / h["accesses"] if h["accesses"] else 1.0
-        recshard_f[t["name"]] = f
-        tables.append({"name": t["name"], "gpu": t["gpu"], "accesses": h["accesses"],
-                       "hbm_access_fraction": f, "predicted_hbm_access_fraction": t["predicted_hbm_access_fraction"],
-                       "unseen_access_fraction": h["unseen_accesses"] / h["accesses"] if h["accesses"] else 0.0,
-                       "accesses_per_batch": accesses[t["name"]],
-                       "predicted_accesses_per_batch": t.get("accesses_per_batch")})
-    recshard = _plan_cost(manifest, recshard_f, accesses, {t["name"]: t["gpu"] for t in manifest["tables"]})
-    recshard["predicted_max_cost_ms"] = manifest["plan"]["objective_ms"]
-    recshard["predicted_uvm_access_fraction"] = manifest["plan"]["uvm_access_fraction"]
+    batch = manifest.hardware.batch_size
+    none = {"accesses": 0, "hbm_accesses": 0, "unseen_accesses": 0}
+    measured = [hits.get(t.name, none) for t in manifest.tables]
+    accesses = [batch * h["accesses"] / num_samples for h in measured]
+    fractions = [h["hbm_accesses"] / h["accesses"] if h["accesses"] else 1.0 for h in measured]
+    tables = tuple(ReplayedTable(
+        name=t.name, gpu=t.gpu, accesses=h["accesses"], hbm_access_fraction=f,
+        predicted_hbm_access_fraction=t.predicted_hbm_access_fraction,
+        unseen_access_fraction=h["unseen_accesses"] / h["accesses"] if h["accesses"] else 0.0,
+        accesses_per_batch=a, predicted_accesses_per_batch=t.accesses_per_batch)
+        for t, h, a, f in zip(manifest.tables, measured, accesses, fractions))
+    recshard = _replayed(manifest, [t.gpu for t in manifest.tables], fractions, accesses,
+                         manifest.plan.objective_ms, manifest.plan.uvm_access_fraction, None)
     plans = {"recshard": recshard}
-    for b in manifest["plan"]["baselines"]:
+    for b in manifest.plan.baselines:
         # baselines keep whole tables in HBM or in UVM: their hit rate needs no remap
-        names = [t["name"] for t in manifest["tables"]]
-        f = {n: 1.0 if rows == t["hash_size"] else 0.0 if rows == 0 else None
-             for n, rows, t in zip(names, b["rows_hbm"], manifest["tables"])}
-        if any(v is None for v in f.values()):
+        whole = [1.0 if rows == t.hash_size else 0.0 if rows == 0 else None
+                 for rows, t in zip(b.rows_hbm, manifest.tables)]
+        if None in whole:
             continue
-        cost = _plan_cost(manifest, f, accesses, dict(zip(names, b["gpu"])))
-        cost["predicted_max_cost_ms"] = b["max_cost_ms"]
-        cost["predicted_uvm_access_fraction"] = b["uvm_access_fraction"]
-        plans[b["name"]] = cost
-    for name, p in plans.items():
-        p["cost_vs_recshard"] = p["max_cost_ms"] / recshard["max_cost_ms"] if recshard["max_cost_ms"] else 1.0
-    return {"num_samples": num_samples, "plans": plans, "tables": tables}
+        plans[b.name] = _replayed(manifest, b.gpu, whole, accesses, b.max_cost_ms, b.uvm_access_fraction,
+                                  recshard.max_cost_ms)
+    return Evaluation(num_samples=num_samples, plans=plans, tables=tables, manifest=manifest_path,
+                      logs=tuple(logs), ds=manifest.ds)
+
+
+def format_summary(evaluation: Evaluation) -> str:
+    lines = [f"replayed {evaluation.num_samples} held-out samples",
+             f"{'plan':<20} {'max GPU ms':>11} {'predicted':>10} {'UVM access':>11} {'predicted':>10} "
+             f"{'imbalance':>10} {'vs recshard':>12}"]
+    for name, p in evaluation.plans.items():
+        lines.append(f"{name:<20} {p.max_cost_ms:>11.4f} {p.predicted_max_cost_ms:>10.4f} "
+                     f"{p.uvm_access_fraction:>11.2%} {p.predicted_uvm_access_fraction:>10.2%} "
+                     f"{p.imbalance:>10.2f} {p.cost_vs_recshard:>11.2f}x")
+    return "\n".join(lines)

@@ -11,14 +11,15 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
 import pathlib
 
 import numpy as np
 
 from recshard_stats.atomic import write_text_atomic
-from recshard_stats.manifest import load_manifest
-from recshard_stats.stats import StatsPartition, load_stats
+from recshard_stats.manifest import Manifest, load_manifest
+from recshard_stats.replay import EVALUATION_NAME, Evaluation, load_evaluation
+from recshard_stats.schemas import StatsMetadata
+from recshard_stats.stats_reader import StatsPartition, load_stats
 
 FIGURES = ("access_cdf", "pooling", "coverage_unused", "gpu_cost", "gpu_hbm")
 
@@ -39,16 +40,16 @@ def _colors(n: int):
     return [cmap(i % 20) for i in range(n)]
 
 
-def fig_access_cdf(stats: StatsPartition, manifest: dict):
+def fig_access_cdf(stats: StatsPartition, manifest: Manifest):
     import matplotlib.pyplot as plt
 
     cdf = stats.tables["access_cdf"].to_pandas()
     cdf = cdf[cdf.level == "table"]
     fig, ax = plt.subplots(figsize=(9, 5))
-    placed = {t["name"]: t for t in manifest["tables"]}
+    rows_in_hbm = {t.name: t.rows_hbm for t in manifest.tables}
     for color, (name, group) in zip(_colors(cdf.name.nunique()), cdf.groupby("name", sort=True)):
         ax.plot(group.rows, group.access_fraction, color=color, label=name, lw=1.2)
-        rows_hbm = placed.get(name, {}).get("rows_hbm", 0)
+        rows_hbm = rows_in_hbm.get(name, 0)
         if 0 < rows_hbm <= group.rows.max():
             ax.plot([rows_hbm], [np.interp(rows_hbm, group.rows, group.access_fraction)], "o", color=color, ms=4)
     ax.set_xscale("log")
@@ -105,23 +106,22 @@ def fig_coverage_unused(stats: StatsPartition):
     return fig
 
 
-def _plans(manifest: dict) -> list[tuple[str, list[float], list[int]]]:
-    """(name, per-GPU cost ms, table -> gpu) for RecShard and each baseline."""
-    out = [("recshard", [g["predicted_cost_ms"] for g in manifest["gpus"]], [t["gpu"] for t in manifest["tables"]])]
-    out += [(b["name"], b["gpu_cost_ms"], b["gpu"]) for b in manifest["plan"]["baselines"]]
-    return out
+def _plans(manifest: Manifest) -> list[tuple[str, list[float]]]:
+    """(name, per-GPU cost ms) for RecShard and each baseline."""
+    return [("recshard", [g.predicted_cost_ms for g in manifest.gpus]),
+            *((b.name, list(b.gpu_cost_ms)) for b in manifest.plan.baselines)]
 
 
-def fig_gpu_cost(manifest: dict):
+def fig_gpu_cost(manifest: Manifest):
     import matplotlib.pyplot as plt
 
     plans = _plans(manifest)
-    gpus = np.arange(len(manifest["gpus"]))
+    gpus = np.arange(manifest.num_gpus)
     width = 0.8 / len(plans)
     fig, ax = plt.subplots(figsize=(9, 4.5))
-    for i, (name, costs, _) in enumerate(plans):
+    for i, (name, costs) in enumerate(plans):
         ax.bar(gpus + i * width, costs, width, label=f"{name} (max {max(costs):.3f} ms)")
-    ax.axhline(manifest["plan"]["lower_bound_ms"], color="k", ls="--", lw=1, label="lower bound")
+    ax.axhline(manifest.plan.lower_bound_ms, color="k", ls="--", lw=1, label="lower bound")
     ax.set_xticks(gpus + 0.4 - width / 2, [f"GPU {g}" for g in gpus])
     ax.set_ylabel("predicted embedding time per batch (ms)")
     ax.legend(fontsize=7)
@@ -129,11 +129,11 @@ def fig_gpu_cost(manifest: dict):
     return fig
 
 
-def fig_gpu_hbm(manifest: dict):
+def fig_gpu_hbm(manifest: Manifest):
     import matplotlib.pyplot as plt
 
-    used = np.array([g["hbm_bytes_used"] for g in manifest["gpus"]]) / 2**30
-    cap = manifest["gpus"][0]["hbm_bytes_capacity"] / 2**30
+    used = np.array([g.hbm_bytes_used for g in manifest.gpus]) / 2**30
+    cap = manifest.gpus[0].hbm_bytes_capacity / 2**30
     fig, ax = plt.subplots(figsize=(9, 3.5))
     ax.bar(np.arange(len(used)), used, color="#55a868", label="RecShard HBM rows")
     ax.axhline(cap, color="r", ls="--", lw=1, label=f"usable HBM ({cap:.2f} GiB)")
@@ -144,32 +144,32 @@ def fig_gpu_hbm(manifest: dict):
     return fig
 
 
-def fig_replay(evaluation: dict):
+def fig_replay(evaluation: Evaluation):
     import matplotlib.pyplot as plt
 
-    tables = evaluation["tables"]
+    tables = evaluation.tables
     x = np.arange(len(tables))
     fig, ax = plt.subplots(figsize=(11, 4))
-    ax.bar(x - 0.2, [t["predicted_hbm_access_fraction"] for t in tables], 0.4, label="predicted (profile day)")
-    ax.bar(x + 0.2, [t["hbm_access_fraction"] for t in tables], 0.4, label="replayed (held-out day)")
-    ax.set_xticks(x, [t["name"] for t in tables], rotation=70, fontsize=6)
+    ax.bar(x - 0.2, [t.predicted_hbm_access_fraction for t in tables], 0.4, label="predicted (profile day)")
+    ax.bar(x + 0.2, [t.hbm_access_fraction for t in tables], 0.4, label="replayed (held-out day)")
+    ax.set_xticks(x, [t.name for t in tables], rotation=70, fontsize=6)
     ax.set_ylabel("share of accesses served by HBM")
     ax.legend(fontsize=7)
     ax.set_title("HBM hit rate per table: prediction vs held-out replay")
     return fig
 
 
-def _summary_table(manifest: dict, evaluation: dict | None) -> str:
-    plan = manifest["plan"]
-    rows = [("recshard", plan["objective_ms"], plan["imbalance"], plan["uvm_access_fraction"], 1.0)]
-    rows += [(b["name"], b["max_cost_ms"], b["imbalance"], b["uvm_access_fraction"], b["cost_vs_recshard"])
-             for b in plan["baselines"]]
-    replay = (evaluation or {}).get("plans", {})
+def _summary_table(manifest: Manifest, evaluation: Evaluation | None) -> str:
+    plan = manifest.plan
+    rows = [("recshard", plan.objective_ms, plan.imbalance, plan.uvm_access_fraction, 1.0)]
+    rows += [(b.name, b.max_cost_ms, b.imbalance, b.uvm_access_fraction, b.cost_vs_recshard)
+             for b in plan.baselines]
+    replay = evaluation.plans if evaluation else {}
     head = ("<tr><th>plan</th><th>max GPU ms/batch</th><th>imbalance</th><th>UVM accesses</th>"
             "<th>cost vs RecShard</th><th>replayed ms</th><th>replayed UVM</th></tr>")
     body = "".join(
         f"<tr><td>{html.escape(n)}</td><td>{c:.4f}</td><td>{i:.2f}</td><td>{u:.2%}</td><td>{r:.2f}x</td>"
-        + (f"<td>{replay[n]['max_cost_ms']:.4f}</td><td>{replay[n]['uvm_access_fraction']:.2%}</td>"
+        + (f"<td>{replay[n].max_cost_ms:.4f}</td><td>{replay[n].uvm_access_fraction:.2%}</td>"
            if n in replay else "<td>-</td><td>-</td>") + "</tr>"
         for n, c, i, u, r in rows)
     return f"<table>{head}{body}</table>"
@@ -179,39 +179,38 @@ def render(manifest_path, stats_path=None, evaluation_path=None) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
-    manifest = load_manifest(manifest_path, verify_checksums=False)
-    data = manifest.data
-    stats = load_stats(stats_path or data["inputs"]["stats"])
-    evaluation_path = evaluation_path or manifest.path.parent / "evaluation.json"
-    evaluation = json.loads(pathlib.Path(evaluation_path).read_text()) \
-        if pathlib.Path(evaluation_path).is_file() else None
-    figures = [("access_cdf", fig_access_cdf(stats, data)), ("pooling", fig_pooling(stats)),
-               ("coverage_unused", fig_coverage_unused(stats)), ("gpu_cost", fig_gpu_cost(data)),
-               ("gpu_hbm", fig_gpu_hbm(data))]
+    loaded = load_manifest(manifest_path, verify_checksums=False)
+    manifest = loaded.manifest
+    stats = load_stats(stats_path or manifest.inputs.stats)
+    evaluation_path = pathlib.Path(evaluation_path or loaded.path.parent / EVALUATION_NAME)
+    evaluation = load_evaluation(evaluation_path) if evaluation_path.is_file() else None
+    figures = [("access_cdf", fig_access_cdf(stats, manifest)), ("pooling", fig_pooling(stats)),
+               ("coverage_unused", fig_coverage_unused(stats)), ("gpu_cost", fig_gpu_cost(manifest)),
+               ("gpu_hbm", fig_gpu_hbm(manifest))]
     if evaluation:
         figures.append(("replay", fig_replay(evaluation)))
-    plan = data["plan"]
+    plan = manifest.plan
     blocks = "\n".join(f'<figure id="fig-{name}"><img alt="{name}" src="data:image/png;base64,{_png(fig)}">'
                        f"</figure>" for name, fig in figures)
-    title = f"RecShard plan {html.escape(str(data.get('ds')))} ({html.escape(data['model']['name'])})"
+    title = f"RecShard plan {html.escape(manifest.ds)} ({html.escape(manifest.model.name)})"
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{title}</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}figure{{margin:1.5em 0}}img{{max-width:100%}}</style>
 </head><body>
 <h1>{title}</h1>
-<p id="summary">{len(data['tables'])} tables on {len(data['gpus'])} GPUs; solver {html.escape(plan['solver'])}
-({html.escape(plan['status'])}, plan from {html.escape(plan['source'])}); slowest GPU
-<b>{plan['objective_ms']:.4f} ms</b> per batch; lower bound {plan['lower_bound_ms']:.4f} ms;
-gap <b>{plan['gap']:.2%}</b>; {stats.metadata.get('num_samples')} samples profiled.{_skipped(stats.metadata)}</p>
-{_summary_table(data, evaluation)}
+<p id="summary">{len(manifest.tables)} tables on {manifest.num_gpus} GPUs; solver {html.escape(plan.solver)}
+({html.escape(plan.status)}, plan from {html.escape(plan.source)}); slowest GPU
+<b>{plan.objective_ms:.4f} ms</b> per batch; lower bound {plan.lower_bound_ms:.4f} ms;
+gap <b>{plan.gap:.2%}</b>; {stats.metadata.num_samples} samples profiled.{_skipped(stats.metadata)}</p>
+{_summary_table(manifest, evaluation)}
 {blocks}
 </body></html>
 """
 
 
-def _skipped(metadata: dict) -> str:
-    files = metadata.get("skipped_files") or []
+def _skipped(metadata: StatsMetadata) -> str:
+    files = metadata.skipped_files
     if not files:
         return ""
     return (f' <b class="warning">{len(files)} corrupt input file(s) skipped</b>: '

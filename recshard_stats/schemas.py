@@ -1,9 +1,13 @@
-"""Declared schemas of every output table, written once and turned into Spark or Arrow types.
+"""The stats partition's contract: declared schemas of every output table (turned into Spark or
+Arrow types), the typed ``metadata.json``, and :func:`output_row`, which builds a row with
+exactly the declared columns.
 
 ``SCHEMA_VERSION`` changes whenever a table's columns change; readers check it.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 SCHEMA_VERSION = "1"
 
@@ -57,3 +61,47 @@ def arrow_schema(name: str):
     simple = {"string": pa.string(), "bigint": pa.int64(), "int": pa.int32(), "double": pa.float64(),
               "array<string>": pa.list_(pa.field("element", pa.string(), nullable=False))}  # as Spark writes it
     return pa.schema([(c, simple[t]) for c, t in TABLES[name]])
+
+
+def output_row(table: str, /, **values) -> dict:
+    """A row of output table ``table``: every declared column, no other (a misspelt column is an
+    error here, not a silent null in the Parquet file)."""
+    columns = [c for c, _ in TABLES[table]]
+    if set(values) != set(columns):
+        raise KeyError(f"{table} row: missing {sorted(set(columns) - set(values))}, "
+                       f"undeclared {sorted(set(values) - set(columns))}")
+    return {c: values[c] for c in columns}
+
+
+@dataclasses.dataclass(frozen=True)
+class ApproximateMetadata:
+    """How an approximate profile was computed, and the error bound of its distinct counts."""
+    hll_lg_config_k: int
+    distinct_count_relative_standard_error: float
+    distinct_count_error_bound_99_7: float
+    row_sample_bits: int
+    row_sample_rate: dict    # table -> share of its rows counted (count-of-counts scaled by the inverse)
+
+
+@dataclasses.dataclass(frozen=True)
+class StatsMetadata:
+    """``metadata.json`` of a stats partition: what was profiled, how, and what was left out."""
+    ds: str
+    created_at: str
+    input_paths: tuple[str, ...]
+    input_format: str
+    sample_fraction: float
+    sample_seed: int
+    input_rows: int
+    rejected_rows: int
+    skipped_files: tuple[str, ...]
+    num_samples: int
+    hash_functions: dict       # table -> "mod" | "xxhash64"
+    hash_seed: int
+    cdf_points: int
+    row_counts: bool
+    approximate: ApproximateMetadata | None
+    spark_version: str
+    model: dict                # the model config as recshard_stats.config.ModelConfig.to_dict gives it
+    model_digest: str
+    schema_version: str = SCHEMA_VERSION

@@ -1,4 +1,4 @@
-"""Meta's greedy family (DESIGN.md): sort tables by a cost metric, descending; put each on the
+"""Meta's greedy family (docs/design.md, "Baselines"): sort tables by a cost metric, descending; put each on the
 least-loaded GPU (load = sum of the metric) whose HBM still holds the whole table; a table
 that fits nowhere stays wholly in UVM, on the least-loaded GPU. No statistics beyond the
 mean pooling factor are used -- that is what RecShard improves on."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import math
 
-from solver.plan import Plan
-from solver.problem import Problem, TableDemand
+from recshard_stats.solver.plan import Plan
+from recshard_stats.solver.problem import Problem, TableDemand
 
 METRICS = {
     "size": lambda t: t.size_bytes,

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from solver.plan import Plan
-from solver.problem import Problem
-from solver.waterfill import split, split_assignment
+from recshard_stats.solver.plan import Plan
+from recshard_stats.solver.problem import Problem
+from recshard_stats.solver.waterfill import split, split_assignment
 
 MAX_ROUNDS = 10_000
 

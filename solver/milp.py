@@ -1,4 +1,4 @@
-"""The RecShard MILP (DESIGN.md "Cost model and MILP") in Pyomo, and its solution as plain data.
+"""The RecShard MILP (docs/design.md, "The MILP") in Pyomo, and its solution as plain data.
 
 Units keep the solvers' numerics sane: cost in milliseconds per batch, capacities as shares, and
 ``f[j, g]`` the *fraction* of table j's rows held in HBM of GPU g (rows = f * hash_size).
@@ -17,24 +17,15 @@ import pyomo.environ as pyo
 from pyomo.opt import TerminationCondition
 
 from recshard_stats.errors import Reason, RecShardError
-from solver.plan import Plan
-from solver.problem import Problem, breakpoints
+from recshard_stats.options import SOLVERS, SolveOptions
+from recshard_stats.solver.plan import Plan
+from recshard_stats.solver.problem import Problem, breakpoints
 
 log = logging.getLogger(__name__)
 
-SOLVERS = ("glpk", "cbc", "highs")
 _PYOMO_NAME = {"glpk": "glpk", "cbc": "cbc", "highs": "appsi_highs"}
 _MS = 1e3
 _TINY = 1e-7
-
-
-@dataclasses.dataclass(frozen=True)
-class MilpOptions:
-    solver: str = "cbc"
-    time_limit_s: float = 60.0
-    mip_gap: float = 0.01
-    cdf_segments: int = 16
-    symmetry_breaking: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +45,7 @@ def _clean(coefficient: float) -> float:
     return 0.0 if abs(coefficient) < _TINY else coefficient
 
 
-def build_model(problem: Problem, options: MilpOptions = MilpOptions()) -> pyo.ConcreteModel:
+def build_model(problem: Problem, options: SolveOptions = SolveOptions()) -> pyo.ConcreteModel:
     m = pyo.ConcreteModel(name="recshard")
     tables, gpus = range(len(problem.tables)), range(problem.num_gpus)
     m.T, m.G = pyo.Set(initialize=tables), pyo.Set(initialize=gpus)
@@ -119,7 +110,7 @@ def available(solver: str) -> bool:
     return bool(pyo.SolverFactory(_PYOMO_NAME[solver]).available(exception_flag=False))
 
 
-def _set_start(m: pyo.ConcreteModel, problem: Problem, start: Plan, options: MilpOptions) -> None:
+def _set_start(m: pyo.ConcreteModel, problem: Problem, start: Plan, options: SolveOptions) -> None:
     for j, g in m.A:
         on = start.gpu[j] == g
         m.x[j, g].value = 1 if on else 0
@@ -131,9 +122,7 @@ def _set_start(m: pyo.ConcreteModel, problem: Problem, start: Plan, options: Mil
     m.z.value = max(pyo.value(m.gpu_cost[g]) for g in m.G)
 
 
-def solve(problem: Problem, options: MilpOptions = MilpOptions(), start: Plan | None = None) -> MilpResult:
-    if options.solver not in SOLVERS:
-        raise RecShardError(Reason.CONFIG_INVALID, f"unknown solver {options.solver!r}", fixes=(f"use one of {SOLVERS}",))
+def solve_milp(problem: Problem, options: SolveOptions = SolveOptions(), start: Plan | None = None) -> MilpResult:
     if not available(options.solver):
         raise RecShardError(Reason.SOLVER_UNAVAILABLE, f"solver {options.solver!r} is not installed",
                             fixes=("run scripts/setup.sh (installs glpk-utils, coinor-cbc, highspy)",

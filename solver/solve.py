@@ -5,22 +5,23 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from solver.baselines import all_baselines
-from solver.heuristic import balanced_plan
-from solver.milp import MilpOptions, MilpResult, solve as solve_milp
-from solver.plan import Evaluation, Plan, evaluate, violations
-from solver.problem import Problem
-from solver.waterfill import lower_bound, split_assignment
+from recshard_stats.solver.baselines import all_baselines
+from recshard_stats.solver.heuristic import balanced_plan
+from recshard_stats.options import SolveOptions
+from recshard_stats.solver.milp import MilpResult, solve_milp
+from recshard_stats.solver.plan import Plan, PlanCost, cost_plan, violations
+from recshard_stats.solver.problem import Problem
+from recshard_stats.solver.waterfill import lower_bound, split_assignment
 
 log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-    best: Evaluation                  # the plan to ship
+    best: PlanCost                  # the plan to ship
     source: str                       # "milp" or "warm_start" (the MILP did not beat its start)
     milp: MilpResult
-    baselines: tuple[Evaluation, ...]
+    baselines: tuple[PlanCost, ...]
     lower_bound: float                # seconds per batch
 
     @property
@@ -33,14 +34,14 @@ def polish(problem: Problem, plan: Plan, name: str | None = None) -> Plan:
     return Plan(name or plan.name, plan.gpu, split_assignment(problem, plan.gpu))
 
 
-def run(problem: Problem, options: MilpOptions = MilpOptions()) -> Outcome:
+def solve_problem(problem: Problem, options: SolveOptions = SolveOptions()) -> Outcome:
     problem.check_capacity()
-    baselines = tuple(evaluate(problem, p) for p in all_baselines(problem))
+    baselines = tuple(cost_plan(problem, p) for p in all_baselines(problem))
     # the balanced plan comes split already; the baselines' assignments get the exact split
-    starts = [evaluate(problem, p) for p in (balanced_plan(problem), *(polish(problem, b.plan) for b in baselines))]
+    starts = [cost_plan(problem, p) for p in (balanced_plan(problem), *(polish(problem, b.plan) for b in baselines))]
     start = min(starts, key=lambda e: e.max_cost)
     milp = solve_milp(problem, options, start.plan)
-    polished = evaluate(problem, polish(problem, milp.plan, "recshard"))
+    polished = cost_plan(problem, polish(problem, milp.plan, "recshard"))
     best, source = (polished, "milp") if polished.max_cost <= start.max_cost else (start, "warm_start")
     broken = violations(problem, best.plan)
     assert not broken, broken  # the split never exceeds a capacity by construction

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from solver.problem import Problem
+from recshard_stats.solver.problem import Problem
 
 
 def _segments(problem: Problem, tables: list[int]):

@@ -10,9 +10,10 @@ CRITEO_TSV = SHARED / "data" / "criteo" / "criteo_kaggle_7200.tsv"
 
 @pytest.fixture(scope="session")
 def spark():
-    from jobs.common import spark_session
+    from recshard_stats.options import SparkOptions
+    from recshard_stats.spark_io import spark_session
 
-    session = spark_session("recshard-tests", "local[2]", "2g")
+    session = spark_session("recshard-tests", SparkOptions(master="local[2]", driver_memory="2g"))
     session.conf.set("spark.sql.shuffle.partitions", "4")
     yield session
     session.stop()

@@ -3,7 +3,8 @@ import pathlib
 import pyarrow.parquet as pq
 import yaml
 
-from jobs import profile as profile_job
+from recshard_stats.cli import build_parser
+from recshard_stats.options import ProfileOptions, from_args
 from recshard_stats.hashing import keys_of
 
 
@@ -38,9 +39,29 @@ def write_yaml(path: pathlib.Path, data: dict) -> pathlib.Path:
 
 def run_profile(model: pathlib.Path, inputs, out: pathlib.Path, ds: str = "2026-12-01", *extra: str) -> pathlib.Path:
     inputs = [str(p) for p in (inputs if isinstance(inputs, (list, tuple)) else [inputs])]
-    args = profile_job.build_parser().parse_args(
-        ["--model", str(model), "--input", *inputs, "--out", str(out), "--ds", ds, *extra])
-    return pathlib.Path(profile_job.run(args))
+    """The profile as ``recshard profile`` runs it, in this process's Spark session."""
+    from recshard_stats.spark_io import spark_session
+    from recshard_stats.stages import profile_logs
+
+    args = build_parser().parse_args(
+        ["profile", "--model", str(model), "--input", *inputs, "--out", str(out), "--ds", ds, *extra])
+    return pathlib.Path(profile_logs(spark_session("recshard-tests"), from_args(ProfileOptions, args)))
+
+
+def remap(manifest) -> pathlib.Path:
+    from recshard_stats.options import RemapOptions
+    from recshard_stats.spark_io import spark_session
+    from recshard_stats.stages import remap_manifest
+
+    return remap_manifest(spark_session("recshard-tests"), RemapOptions(manifest=str(manifest)))
+
+
+def replay(manifest, logs) -> pathlib.Path:
+    from recshard_stats.options import ReplayOptions
+    from recshard_stats.spark_io import spark_session
+    from recshard_stats.stages import replay_logs
+
+    return replay_logs(spark_session("recshard-tests"), ReplayOptions(manifest=str(manifest), logs=(str(logs),)))
 
 
 def parquet_keys(path, model) -> dict[str, list[list[int]]]:

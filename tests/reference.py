@@ -1,4 +1,4 @@
-"""Independent statistics in plain numpy/pandas, straight from the definitions in DESIGN.md,
+"""Independent statistics in plain numpy/pandas, straight from the definitions in docs/design.md,
 to check the Spark job against (shares only the documented hash functions with it)."""
 
 from __future__ import annotations

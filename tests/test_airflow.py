@@ -14,7 +14,8 @@ from tests.conftest import ROOT
 
 AIRFLOW_PY = ROOT / ".venv-airflow" / "bin" / "python"
 AIRFLOW = ROOT / ".venv-airflow" / "bin" / "airflow"
-pytestmark = pytest.mark.skipif(not AIRFLOW.exists(), reason="no .venv-airflow: run scripts/setup.sh")
+pytestmark = [pytest.mark.slow,  # Airflow's own venv, db migrate and two `dags test` runs: minutes
+              pytest.mark.skipif(not AIRFLOW.exists(), reason="no .venv-airflow: run scripts/setup.sh")]
 
 
 @pytest.fixture(scope="module")
@@ -62,9 +63,9 @@ def test_dags_test_publishes_a_validated_manifest(airflow_env):
         assert f"end task task_id={task}" in run.stdout + run.stderr
     manifest = load_latest(data / "manifests", model=ROOT / "conf" / "synthetic.yaml")
     assert manifest.path == (data / "manifests" / "ds=2026-12-01" / "manifest.json").resolve()
-    assert manifest.data["ds"] == "2026-12-01"
+    assert manifest.manifest.ds == "2026-12-01"
     assert json.loads((data / "stats" / "ds=2026-12-01" / "metadata.json").read_text())["num_samples"] == 30_000
-    assert all(t.remap_path is not None for t in manifest.tables.values())
+    assert all(t.remap is not None for t in manifest.manifest.tables)
     # idempotent: a re-run of the day replaces its outputs and publishes again
     first = (data / "manifests" / "latest.json").read_text()
     rerun = subprocess.run([str(AIRFLOW), "dags", "test", "recshard_daily", "2026-12-01"], env=env,
@@ -73,3 +74,30 @@ def test_dags_test_publishes_a_validated_manifest(airflow_env):
     assert json.loads((data / "manifests" / "latest.json").read_text())["sha256"] != json.loads(first)["sha256"]
     load_latest(data / "manifests")
     assert sorted(p.name for p in (data / "manifests").iterdir()) == ["ds=2026-12-01", "latest.json"]
+
+
+def test_a_runs_conf_beats_a_variable_which_beats_the_file(airflow_env):
+    """What conf/airflow.yaml documents, rendered by Airflow's own Jinja environment for the DAG:
+    the run's conf, else Variable recshard_<key>, else the file's default."""
+    env, _ = airflow_env
+    script = """
+import json, types
+from airflow.dag_processing.dagbag import DagBag
+dag = DagBag(dag_folder=%r).get_dag("recshard_daily")
+task = dag.get_task("solve")
+params = {k: p.value for k, p in dag.params.items()}
+out = {}
+for name, conf, variables in (("file", {}, {}), ("variable", {}, {"recshard_solver": "glpk"}),
+                              ("run", {"solver": "highs"}, {"recshard_solver": "glpk"})):
+    context = {"dag_run": types.SimpleNamespace(conf=conf), "var": {"value": variables}, "params": params,
+               "ds": "2026-12-01", "ti": types.SimpleNamespace(xcom_pull=lambda task_ids: "")}
+    out[name] = task.render_template(task.bash_command, context, jinja_env=dag.get_template_env())
+print(json.dumps(out))
+""" % str(ROOT / "airflow_dags")
+    out = subprocess.run([str(AIRFLOW_PY), "-c", script], env=env, check=True, capture_output=True, text=True,
+                         timeout=120)
+    rendered = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "--solver cbc " in rendered["file"]          # the file's (test copy's) default
+    assert "--solver glpk " in rendered["variable"]
+    assert "--solver highs " in rendered["run"]
+    assert "--ds 2026-12-01 " in rendered["run"] and "--time-limit 30" in rendered["run"]

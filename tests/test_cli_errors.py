@@ -1,5 +1,6 @@
-"""Every bad input, run through the ``recshard`` command line: exit code 2 and one readable
-``error: [reason] ...`` line (plus indented context), never a stack trace."""
+"""Every bad input, run through the ``recshard`` command line (in-process through ``cli.main``,
+once through the installed console script): exit code 2 and one readable ``error: [reason] ...``
+line (plus indented context), never a stack trace."""
 
 import copy
 import pathlib
@@ -58,14 +59,30 @@ CONFIG_ERRORS = {
 
 
 @pytest.mark.parametrize("case", CONFIG_ERRORS)
-def test_config_errors_from_the_console_script(case, stats, tmp_path):
+def test_config_errors_from_the_cli(case, stats, tmp_path, capsys):
     model, hardware, expected = CONFIG_ERRORS[case]
-    proc = subprocess.run(
-        [str(RECSHARD), "solve", "--stats", str(stats), "--model", str(write_yaml(tmp_path / "m.yaml", model)),
-         "--hardware", str(write_yaml(tmp_path / "hw.yaml", hardware)), "--out", str(tmp_path / "manifests")],
-        capture_output=True, text=True, timeout=120)
-    assert_one_line_error(proc.returncode, proc.stderr, expected)
+    rc = cli.main(["solve", "--stats", str(stats), "--model", str(write_yaml(tmp_path / "m.yaml", model)),
+                   "--hardware", str(write_yaml(tmp_path / "hw.yaml", hardware)), "--out", str(tmp_path / "manifests")])
+    assert_one_line_error(rc, capsys.readouterr().err, expected)
     assert not (tmp_path / "manifests").exists()
+
+
+SOLVER_OPTION_ERRORS = {
+    "time limit": (["--time-limit", "-5"], "--time-limit must be positive, got -5.0"),
+    "mip gap": (["--mip-gap", "-1"], "--mip-gap must be in [0, 1), got -1.0"),
+    "segments": (["--cdf-segments", "0"], "--cdf-segments must be at least 1, got 0"),
+    "bad ds": (["--ds", "../../x"], "ds '../../x' is not a date of the form YYYY-MM-DD"),
+}
+
+
+@pytest.mark.parametrize("case", SOLVER_OPTION_ERRORS)
+def test_solver_options_are_range_checked(case, stats, tmp_path, capsys):
+    extra, expected = SOLVER_OPTION_ERRORS[case]
+    rc = cli.main(["solve", "--stats", str(stats), "--model", str(write_yaml(tmp_path / "m.yaml", MODEL)),
+                   "--hardware", str(write_yaml(tmp_path / "hw.yaml", HARDWARE)), "--out", str(tmp_path / "m"),
+                   *extra])
+    assert_one_line_error(rc, capsys.readouterr().err, expected)
+    assert not (tmp_path / "m").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["hw.yaml", "m.yaml"]
 
 
 def test_config_error_stops_the_profile_before_spark_starts(tmp_path):

@@ -21,6 +21,8 @@ from recshard_stats.schemas import SMALL_TABLES
 from helpers import SPEC, run_profile, write_yaml
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.slow  # a standalone Spark cluster: minutes
+
 BIN = ROOT / ".venv" / "bin"
 
 
@@ -115,7 +117,7 @@ def submit(cluster, spec, logs, out, wait=True):
     cmd = [str(BIN / "spark-submit"), "--master", cluster.url, "--py-files", str(ROOT / "dist" / "recshard_stats.zip"),
            "--conf", "spark.executor.memory=768m", "--conf", "spark.sql.shuffle.partitions=8",
            "--conf", "spark.task.maxFailures=8", "--conf", "spark.ui.enabled=false",
-           str(ROOT / "jobs" / "profile.py"), "--model", str(spec), "--input", str(logs), "--out", str(out),
+           str(ROOT / "jobs" / "profile_job.py"), "--model", str(spec), "--input", str(logs), "--out", str(out),
            "--ds", "2026-12-01", "--row-counts"]
     proc = subprocess.Popen(cmd, env={**cluster.env, "PYSPARK_DRIVER_PYTHON": sys.executable}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             cwd=str(cluster.tmp))

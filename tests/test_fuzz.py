@@ -2,6 +2,7 @@
 only exception is the documented RecShardError."""
 
 import json
+import pathlib
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -14,11 +15,10 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers(-5, 10**12) | st.flo
                     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children,
                                                                                        max_size=4), max_leaves=12)
 
-VALID_TABLE = {"name": "t", "features": ["f"], "gpu": 0, "hash_size": 10, "dim": 4, "hash": "mod", "rows_hbm": 3,
-               "rows_uvm": 7, "unique_rows": 5, "unused_rows": 5, "predicted_hbm_access_fraction": 0.5,
-               "remap": None}
-VALID = {"schema_version": "1", "inputs": {"digest": "sha256:0"}, "plan": {}, "gpus": [{"rank": 0}],
-         "tables": [VALID_TABLE]}
+# a real manifest (written by an earlier version), without its remap files
+VALID = json.loads((pathlib.Path(__file__).parent / "data" / "manifest_v1_2b2c487.json").read_text())
+VALID["tables"] = [{**t, "remap": None, "unseen_hbm_below_row": 0} for t in VALID["tables"]]
+VALID_TABLE = VALID["tables"][0]
 
 
 def _load(tmp_path, data) -> None:
@@ -32,7 +32,7 @@ def _load(tmp_path, data) -> None:
 
 def test_valid_skeleton_loads(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps(VALID))
-    assert load_manifest(tmp_path).table("t").rows_hbm == 3
+    assert load_manifest(tmp_path).table("t_f00").rows_hbm == 14
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -44,7 +44,7 @@ def test_manifest_top_level_fields(tmp_path, key, value):
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(key=st.sampled_from(sorted(VALID_TABLE)), value=JSON)
 def test_manifest_table_fields(tmp_path, key, value):
-    _load(tmp_path, {**VALID, "tables": [{**VALID_TABLE, key: value}]})
+    _load(tmp_path, {**VALID, "tables": [{**VALID_TABLE, key: value}, *VALID["tables"][1:]]})
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

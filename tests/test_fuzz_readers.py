@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from recshard_stats.errors import RecShardError
-from recshard_stats.stats import load_stats
+from recshard_stats.stats_reader import load_stats
 from helpers import assert_one_line_error, run_profile, write_yaml
 
 EXAMPLES = int(os.environ.get("RECSHARD_FUZZ_EXAMPLES", "12"))
@@ -45,6 +45,7 @@ def _workdir(tmp_path, name):
     return path
 
 
+@pytest.mark.slow  # hypothesis drives Spark through many inputs
 @SETTINGS
 @given(lines=st.lists(LINE, min_size=1, max_size=30))
 def test_tsv_reader_counts_every_line_or_fails_cleanly(spark, tmp_path, lines):
@@ -57,8 +58,8 @@ def test_tsv_reader_counts_every_line_or_fails_cleanly(spark, tmp_path, lines):
         assert all(len(fields) != 40 for fields in lines)  # the only legitimate failure: no usable sample
         return
     whole = [fields for fields in lines if len(fields) == 40]
-    assert stats.metadata["input_rows"] == len(lines)
-    assert stats.metadata["rejected_rows"] == len(lines) - len(whole)
+    assert stats.metadata.input_rows == len(lines)
+    assert stats.metadata.rejected_rows == len(lines) - len(whole)
     rejects = {(r["column"], r["reason"]): r["count"] for r in stats.rows("rejects")}
     features = {r["feature"]: r for r in stats.rows("features")}
     for name, position in (("C1", 14), ("C2", 15)):
@@ -95,6 +96,7 @@ def _mutate(kind: str, at: int, data: bytes) -> bytes:
     return data
 
 
+@pytest.mark.slow  # hypothesis drives Spark through many inputs
 @SETTINGS
 @given(mutation=MUTATION)
 def test_parquet_reader_reads_or_names_the_bad_file(spark, tmp_path, mutation):
@@ -109,7 +111,7 @@ def test_parquet_reader_reads_or_names_the_bad_file(spark, tmp_path, mutation):
         assert "part-1.parquet" in str(exc) or exc.reason.value == "schema_mismatch", str(exc)
         return
     # a mutation Parquet's checks cannot see (e.g. inside a value) still yields whole samples
-    assert stats.metadata["input_rows"] >= 200
+    assert stats.metadata.input_rows >= 200
 
 
 @pytest.mark.parametrize("kind", ["truncate", "overwrite"])
@@ -146,5 +148,5 @@ def test_a_decoder_failure_that_names_no_file_is_traced_to_its_file(spark, tmp_p
     assert not (work / "out" / "ds=2026-12-01").exists()
 
     stats = load_stats(run_profile(model, logs, work / "out", "2026-12-01", "--skip-corrupt-files"))
-    assert [p.rsplit("/", 1)[1] for p in stats.metadata["skipped_files"]] == ["part-1.parquet"]
-    assert stats.metadata["input_rows"] == 200
+    assert [p.rsplit("/", 1)[1] for p in stats.metadata.skipped_files] == ["part-1.parquet"]
+    assert stats.metadata.input_rows == 200

@@ -9,10 +9,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from recshard_stats.config import load_model_config
-from recshard_stats.errors import RecShardError
+from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.generate import generate
 from recshard_stats.schemas import SCHEMA_VERSION, SMALL_TABLES, arrow_schema
-from recshard_stats.stats import load_stats
+from recshard_stats.stats_reader import load_stats
 from reference import cdf_at, feature_reference
 from helpers import SPEC, parquet_keys, run_profile, write_yaml
 
@@ -128,7 +128,7 @@ def test_criteo_tsv_matches_independent_computation(spark, criteo_tsv, tmp_path)
         _check_feature(features[feature.name], ref)
         coc = stats.count_of_counts("feature", feature.name)
         assert dict(zip(coc.counts.tolist(), coc.rows.tolist())) == ref["count_of_counts"]
-    assert stats.rows("rejects") == [] and stats.metadata["rejected_rows"] == 0
+    assert stats.rows("rejects") == [] and stats.metadata.rejected_rows == 0
 
 
 EDGE_MODEL = {
@@ -188,10 +188,10 @@ def test_approximate_mode_against_independent_computation(synthetic, spark, tmp_
     spec, logs, _ = synthetic
     model = load_model_config(spec)
     stats = load_stats(run_profile(spec, logs, tmp_path / "stats", "2026-12-01", "--approximate"))
-    meta = stats.metadata["approximate"]
-    assert meta["hll_lg_config_k"] == 14 and meta["distinct_count_error_bound_99_7"] == pytest.approx(3 * 1.04 / 128)
-    assert set(meta["row_sample_rate"].values()) == {1.0}
-    bound = meta["distinct_count_error_bound_99_7"]
+    meta = stats.metadata.approximate
+    assert meta.hll_lg_config_k == 14 and meta.distinct_count_error_bound_99_7 == pytest.approx(3 * 1.04 / 128)
+    assert set(meta.row_sample_rate.values()) == {1.0}
+    bound = meta.distinct_count_error_bound_99_7
     keys = parquet_keys(logs, model)
     features = _by(stats, "features", "feature")
     for feature in model.features:
@@ -231,7 +231,7 @@ def test_approximate_mode_samples_rows_of_a_large_table(spark, tmp_path):
                                                         "dim": 8}]})
     stats = load_stats(run_profile(spec, tmp_path / "logs", tmp_path / "stats", "2026-12-01", "--approximate",
                                    "--row-sample-bits", "4"))
-    assert stats.metadata["approximate"]["row_sample_rate"] == {"t": 1 / 16}
+    assert stats.metadata.approximate.row_sample_rate == {"t": 1 / 16}
     ref = feature_reference([[int(i)] for i in ids], 1 << 22)
     table_seed = xxhash64_bytes(struct.pack("<i", 0), SEED)  # Spark hashes column by column, int then long
 
@@ -246,5 +246,32 @@ def test_approximate_mode_samples_rows_of_a_large_table(spark, tmp_path):
     assert dict(zip(coc.counts.tolist(), coc.rows.tolist())) == expected
     table = _by(stats, "tables", "table")["t"]
     assert table["total_accesses"] == 40_000
-    bound = stats.metadata["approximate"]["distinct_count_error_bound_99_7"]
+    bound = stats.metadata.approximate.distinct_count_error_bound_99_7
     assert abs(table["unique_rows"] - ref["unique_rows"]) <= bound * ref["unique_rows"]
+
+
+def test_publish_lock_is_taken_over_when_stale_and_waited_for_when_fresh(spark, tmp_path):
+    import os
+    import time
+
+    from recshard_stats.spark_io import local_uri
+    from recshard_stats.stats_output import HadoopFS, publish_lock
+
+    out = local_uri(tmp_path)
+    fs = HadoopFS(spark, out)
+    lock = tmp_path / "_lock-ds=2026-12-01"
+    lock.write_text("a killed run's")
+    old = time.time() - 3600
+    os.utime(lock, (old, old))
+    with publish_lock(fs, out, "2026-12-01", wait_s=5, stale_s=600):
+        assert lock.exists() and lock.read_text() != "a killed run's"  # ours now
+    assert not lock.exists()
+
+    lock.write_text("a live run's")
+    started = time.time()
+    with pytest.raises(RecShardError) as err:
+        with publish_lock(fs, out, "2026-12-01", wait_s=1, stale_s=600):
+            pass
+    assert err.value.reason is Reason.OUTPUT_BUSY and time.time() - started >= 1
+    assert "lock" in str(err.value) and "held for over 1s" in str(err.value)
+    assert lock.read_text() == "a live run's"  # a live run's lock is never removed

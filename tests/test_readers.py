@@ -3,7 +3,7 @@
 import pytest
 
 from recshard_stats.errors import RecShardError
-from recshard_stats.stats import load_stats
+from recshard_stats.stats_reader import load_stats
 from helpers import run_profile, write_yaml
 
 MODEL = {"name": "c", "input": {"format": "criteo_tsv"},
@@ -26,7 +26,7 @@ def test_tsv_rejects_are_counted_per_column_and_reason(spark, tmp_path):
     rejects = {(r["column"], r["reason"]): r["count"] for r in stats.rows("rejects")}
     assert rejects == {("C1", "not_hex"): 1, ("label", "not_integer"): 1, ("I13", "not_integer"): 1,
                        ("*", "wrong_field_count"): 2}
-    assert stats.metadata["input_rows"] == 8 and stats.metadata["rejected_rows"] == 2
+    assert stats.metadata.input_rows == 8 and stats.metadata.rejected_rows == 2
     f = {r["feature"]: r for r in stats.rows("features")}
     assert f["C1"]["num_samples"] == 6 and f["C1"]["present_samples"] == 4 and f["C1"]["rejected_values"] == 1
     assert f["C2"]["present_samples"] == 6 and f["C2"]["unique_raw_ids"] == 2  # ff and 1F
@@ -93,10 +93,10 @@ def test_skip_corrupt_files_profiles_the_rest_and_records_them(spark, tmp_path):
         "features": [{"name": "a", "type": "int64"}],
         "tables": [{"name": "t", "features": ["a"], "hash_size": 10, "dim": 4}]})
     stats = load_stats(run_profile(model, logs, tmp_path / "out", "2026-12-01", "--skip-corrupt-files"))
-    assert sorted(p.rsplit("/", 1)[1] for p in stats.metadata["skipped_files"]) == ["part-2.parquet",
+    assert sorted(p.rsplit("/", 1)[1] for p in stats.metadata.skipped_files) == ["part-2.parquet",
                                                                                     "part-3.parquet"]
     feature = stats.rows("features")[0]
-    assert stats.metadata["input_rows"] == feature["num_samples"] == 1500
+    assert stats.metadata.input_rows == feature["num_samples"] == 1500
     assert feature["unique_raw_ids"] == 1000 and feature["total_accesses"] == 1500
 
     with pytest.raises(RecShardError, match=r"\[input_corrupt\] more than 1 corrupt input files \(skipped so far: "
@@ -110,7 +110,7 @@ def test_bisection_finds_the_one_file_that_does_not_decode(spark, tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from jobs.common import find_unreadable_file
+    from recshard_stats.spark_io import find_unreadable_file
 
     logs = tmp_path / "logs"
     logs.mkdir()

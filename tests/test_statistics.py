@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from recshard_stats.statistics import (CountOfCounts, access_cdf, breakpoint_rows, expected_unique_rows,
+from recshard_stats.distributions import (CountOfCounts, access_cdf, breakpoint_rows, expected_unique_rows,
                                        pooling_stats)
 
 

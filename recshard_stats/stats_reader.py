@@ -9,15 +9,18 @@ import pathlib
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from recshard_stats.config import digest_of
+from recshard_stats.distributions import CountOfCounts
 from recshard_stats.errors import Reason, RecShardError
-from recshard_stats.schemas import SCHEMA_VERSION, SMALL_TABLES, arrow_schema
-from recshard_stats.statistics import CountOfCounts
+from recshard_stats.manifest import sha256_data
+from recshard_stats.schemas import SCHEMA_VERSION, SMALL_TABLES, StatsMetadata, arrow_schema
+from recshard_stats.typed_json import DecodeError, from_plain
 
 
 @dataclasses.dataclass(frozen=True)
 class StatsPartition:
     path: pathlib.Path
-    metadata: dict
+    metadata: StatsMetadata
     tables: dict[str, pa.Table]
 
     def rows(self, name: str) -> list[dict]:
@@ -36,11 +39,20 @@ def load_stats(path) -> StatsPartition:
     if not (path / "_SUCCESS").is_file():
         raise RecShardError(Reason.INPUT_MISSING, f"{path} is not a complete stats partition (no _SUCCESS)",
                             fixes=("run `recshard profile` for that day first", "check --stats"))
-    metadata = json.loads((path / "metadata.json").read_text())
-    if metadata.get("schema_version") != SCHEMA_VERSION:
+    try:
+        raw = json.loads((path / "metadata.json").read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RecShardError(Reason.INPUT_CORRUPT, f"{path / 'metadata.json'}: cannot read ({exc})") from None
+    version = raw.get("schema_version") if isinstance(raw, dict) else None
+    if version != SCHEMA_VERSION:
         raise RecShardError(Reason.STATS_INVALID,
-                            f"{path}: stats schema version {metadata.get('schema_version')!r}, "
+                            f"{path}: stats schema version {version!r}, "
                             f"this version reads {SCHEMA_VERSION!r}", fixes=("re-run the profile",))
+    try:
+        metadata = from_plain(StatsMetadata, raw)
+    except DecodeError as exc:
+        raise RecShardError(Reason.STATS_INVALID, f"{path / 'metadata.json'}: {exc}",
+                            fixes=("re-run the profile",)) from None
     tables = {}
     for name in SMALL_TABLES:
         try:
@@ -53,3 +65,8 @@ def load_stats(path) -> StatsPartition:
                                 f"expected {expected.names}")
         tables[name] = table.cast(expected)
     return StatsPartition(path, metadata, tables)
+
+
+def stats_digest(stats: StatsPartition) -> str:
+    """What a manifest records of the partition it was solved from (its small tables and metadata)."""
+    return digest_of({name: sha256_data(stats.path / name) for name in (*SMALL_TABLES, "metadata.json")})

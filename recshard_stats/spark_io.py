@@ -1,4 +1,6 @@
-"""What every job entry point shares: logging, the SparkSession, and one-line errors."""
+"""The Spark side of every stage: the SparkSession, reading the logs, and input failures turned
+into one line that names the file. The transforms themselves are pure DataFrame -> DataFrame
+code in :mod:`recshard_stats.readers`, :mod:`recshard_stats.profiler` and friends."""
 
 from __future__ import annotations
 
@@ -6,36 +8,28 @@ import contextlib
 import logging
 import os
 import re
-import sys
-from typing import Callable
 
 from recshard_stats.errors import Reason, RecShardError
+from recshard_stats.options import SparkOptions
 
-log = logging.getLogger("recshard")
-
-
-def setup_logging(verbose: bool = False) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    for noisy in ("py4j", "pyomo"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+log = logging.getLogger(__name__)
 
 
-def spark_session(app: str, master: str | None = None, driver_memory: str | None = None):
+def spark_session(app: str, options: SparkOptions = SparkOptions()):
     """The job's session. Under spark-submit the master, memory and conf come from its flags
     (``--master`` here overrides); run from the CLI it is local mode on every core."""
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app).config("spark.ui.showConsoleProgress", "false")
     under_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # the JVM spark-submit started holds its conf
-    if master or not under_spark_submit:
-        master = master or "local[*]"
+    if options.master or not under_spark_submit:
+        master = options.master or "local[*]"
         builder = builder.master(master)
         if master.startswith("local"):
             # local mode talks to itself only: never bind the driver to an outside interface
             builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
-    if driver_memory:
-        builder = builder.config("spark.driver.memory", driver_memory)
+    if options.driver_memory:
+        builder = builder.config("spark.driver.memory", options.driver_memory)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     conf = spark.sparkContext.getConf()
@@ -45,17 +39,6 @@ def spark_session(app: str, master: str | None = None, driver_memory: str | None
         spark.conf.set("spark.sql.shuffle.partitions", str(4 * (os.cpu_count() or 1)))
     log.info("Spark %s, master %s", spark.version, conf.get("spark.master"))
     return spark
-
-
-def run_main(body: Callable[[], int | None]) -> int:
-    """Run a job body; an expected failure becomes one readable line on stderr and exit code 2."""
-    try:
-        return body() or 0
-    except RecShardError as exc:
-        print(f"error: {exc.render()}", file=sys.stderr)
-        for key, value in exc.context.items():
-            print(f"  {key}: {value}", file=sys.stderr)
-        return 2
 
 
 def local_uri(path) -> str:
@@ -68,7 +51,7 @@ def local_uri(path) -> str:
 def read_normalized(spark, model, inputs: list[str], sample_fraction: float = 1.0, seed: int = 0):
     """The logs at ``inputs`` (format from the model config) as the normalized frame of
     :mod:`recshard_stats.readers`, optionally Bernoulli-sampled."""
-    from recshard_stats.output import HadoopFS
+    from recshard_stats.stats_output import HadoopFS
     from recshard_stats.readers import normalize_criteo_tsv, normalize_parquet
 
     fs = HadoopFS(spark, inputs[0])
@@ -87,27 +70,6 @@ def read_normalized(spark, model, inputs: list[str], sample_fraction: float = 1.
     if model.input_format == "criteo_tsv":
         return normalize_criteo_tsv(sample(spark.read.text(inputs)), model)
     return normalize_parquet(sample(spark.read.parquet(*inputs)), model, source=", ".join(inputs))
-
-
-def job_parser(parser, prog: str, doc: str, examples: str):
-    """The job's own parser (spark-submit), or the CLI subcommand's parser passed in."""
-    import argparse
-
-    return parser or argparse.ArgumentParser(prog=prog, description=doc.strip().split("\n")[0], epilog=examples,
-                                             formatter_class=argparse.RawDescriptionHelpFormatter)
-
-
-def add_spark_args(parser) -> None:
-    parser.add_argument("--master", default=None, help="Spark master (default: spark-submit's, else local[*])")
-    parser.add_argument("--driver-memory", default=None, help="driver memory in local mode, e.g. 4g")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-
-
-def job_main(build_parser, run, argv: list[str] | None = None) -> int:
-    """A job's ``main``: parse, log, run, print the output path; errors as one line, exit 2."""
-    args = build_parser().parse_args(argv)
-    setup_logging(args.verbose)
-    return run_main(lambda: print(run(args)))
 
 
 @contextlib.contextmanager
@@ -165,7 +127,7 @@ def find_unreadable_file(spark, input_format: str, inputs: list[str]) -> str | N
 
 def input_files(spark, inputs: list[str]) -> list[str]:
     """Every data file under the input paths."""
-    from recshard_stats.output import HadoopFS
+    from recshard_stats.stats_output import HadoopFS
 
     fs = HadoopFS(spark, inputs[0])
     return [f for p in inputs for f in fs.data_files(p)]

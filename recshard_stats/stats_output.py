@@ -18,8 +18,10 @@ import uuid
 from pyspark.sql import SparkSession
 
 from recshard_stats.errors import Reason, RecShardError
-from recshard_stats.profile import ProfileResult
-from recshard_stats.schemas import SCHEMA_VERSION, SMALL_TABLES, spark_schema
+from recshard_stats.options import check_ds
+from recshard_stats.profiler import ProfileResult
+from recshard_stats.schemas import SMALL_TABLES, StatsMetadata, spark_schema
+from recshard_stats.typed_json import to_plain
 
 log = logging.getLogger(__name__)
 
@@ -106,10 +108,10 @@ def publish_lock(fs: HadoopFS, out: str, ds: str, wait_s: float = 600, stale_s: 
 
 
 def partition_uri(out: str, ds: str) -> str:
-    return f"{out.rstrip('/')}/ds={ds}"
+    return f"{out.rstrip('/')}/ds={check_ds(ds)}"
 
 
-def publish_profile(spark: SparkSession, result: ProfileResult, out: str, ds: str, metadata: dict) -> str:
+def publish_profile(spark: SparkSession, result: ProfileResult, out: str, ds: str, metadata: StatsMetadata) -> str:
     """Write every table, metadata.json and _SUCCESS, then move the partition into place."""
     target = partition_uri(out, ds)
     tmp = f"{out.rstrip('/')}/_tmp-ds={ds}-{uuid.uuid4().hex}"
@@ -122,8 +124,7 @@ def publish_profile(spark: SparkSession, result: ProfileResult, out: str, ds: st
             log.info("writing per-row access counts")
             (result.row_counts.repartition("table").write.mode("error")
              .partitionBy("table").parquet(f"{tmp}/row_counts"))
-        fs.write_text(f"{tmp}/metadata.json", json.dumps({"schema_version": SCHEMA_VERSION, **metadata},
-                                                         indent=2, sort_keys=True))
+        fs.write_text(f"{tmp}/metadata.json", json.dumps(to_plain(metadata), indent=2, sort_keys=True))
         fs.write_text(f"{tmp}/_SUCCESS", "")
         # Replace an earlier run of the same day: move it aside first so the target is never
         # partial; under the lock, so two runs never rename into each other's partition.

@@ -1,0 +1,201 @@
+"""Each stage's options as one frozen dataclass. A field's default is the only place that default
+lives: the console script and the spark-submit jobs build their arguments from the fields
+(:func:`add_arguments`) and turn parsed arguments back into the dataclass (:func:`from_args`).
+
+Field metadata: ``help`` (the argument's help), ``flag`` (when the flag is not ``--field-name``),
+``required`` (a field the command line must give although the library has a default).
+Booleans become ``store_true`` flags (``store_false`` when the flag says ``--no-``); tuples take
+one or more values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import math
+import typing
+
+from recshard_stats.errors import Reason, RecShardError
+
+SOLVERS = ("glpk", "cbc", "highs")
+DEFAULT_MAX_REJECT_FRACTION = 0.01
+HLL_LG_K_RANGE = (4, 21)
+ROW_SAMPLE_BITS_RANGE = (0, 16)
+
+
+def _opt(default=dataclasses.MISSING, help: str = "", **meta):
+    return dataclasses.field(default=default, metadata={"help": help, **meta})
+
+
+def _invalid(message: str, *fixes: str) -> RecShardError:
+    return RecShardError(Reason.CONFIG_INVALID, message, fixes=fixes)
+
+
+def check_ds(ds: str) -> str:
+    """A run key must be a real ``YYYY-MM-DD`` date: it becomes a ``ds=<date>`` directory name."""
+    try:
+        if isinstance(ds, str) and len(ds) == 10 and datetime.date.fromisoformat(ds).isoformat() == ds:
+            return ds
+    except ValueError:
+        pass
+    raise _invalid(f"ds {ds!r} is not a date of the form YYYY-MM-DD", "e.g. --ds 2026-12-01")
+
+
+@dataclasses.dataclass(frozen=True)
+class SketchOptions:
+    """Approximate-profile sketch settings. ``lg_config_k``: HLL registers 2**k; the relative
+    standard error of a distinct count is about 1.04 / sqrt(2**k). ``row_sample_bits``:
+    count-of-counts from one row in 2**bits of each table (0 keeps every row, so count-of-counts
+    and CDFs stay exact)."""
+    lg_config_k: int
+    row_sample_bits: int
+
+    def __post_init__(self):
+        low, high = HLL_LG_K_RANGE
+        if not low <= self.lg_config_k <= high:
+            raise _invalid(f"HLL lg_config_k must be in {low}..{high}, got {self.lg_config_k}")
+        low, high = ROW_SAMPLE_BITS_RANGE
+        if not low <= self.row_sample_bits <= high:
+            raise _invalid(f"row_sample_bits must be in {low}..{high}, got {self.row_sample_bits}")
+
+    @property
+    def relative_standard_error(self) -> float:
+        return 1.04 / math.sqrt(2 ** self.lg_config_k)
+
+
+@dataclasses.dataclass(frozen=True)
+class SparkOptions:
+    master: str | None = _opt(None, "Spark master (default: spark-submit's, else local[*])")
+    driver_memory: str | None = _opt(None, "driver memory in local mode, e.g. 4g")
+
+
+@dataclasses.dataclass(frozen=True)
+class ProfileOptions:
+    model: str = _opt(help="model config (YAML/TOML): features, tables, input format")
+    inputs: tuple[str, ...] = _opt(help="log files or directories (Parquet or Criteo TSV)", flag="--input")
+    out: str = _opt(help="stats root; the partition is <out>/ds=<date>")
+    ds: str | None = _opt(None, "partition date YYYY-MM-DD (default: today)")
+    sample_fraction: float = _opt(1.0, "profile this fraction of samples (Bernoulli, recorded in metadata)")
+    seed: int = _opt(0, "seed of the sampling")
+    cdf_points: int = _opt(128, "access-CDF breakpoints per feature/table")
+    row_counts: bool = _opt(False, "also write per-row access counts (for remap)")
+    max_reject_fraction: float = _opt(DEFAULT_MAX_REJECT_FRACTION,
+                                      "fail when more than this fraction of rows (or of one column's values) "
+                                      "is rejected")
+    approximate: bool = _opt(False, "for inputs with too many distinct ids to count one by one: access counts "
+                                    "per hashed row, HLL sketches for distinct ids (error bound in the metadata); "
+                                    "one more pass over the input")
+    hll_lg_k: int = _opt(14, "with --approximate: HLL sketches of 2**k registers, 4..21; relative standard "
+                             "error about 1.04/sqrt(2**k) (14: 0.81%%)")
+    row_sample_bits: int = _opt(0, "with --approximate: count-of-counts from one row in 2**bits of each table "
+                                   "(tables keep at least 65536 rows; 0: every row, exact access CDFs)")
+    skip_corrupt_files: bool = _opt(False, "leave out input files that cannot be read (each costs one more pass "
+                                           "over the input) and list them in the stats metadata under "
+                                           "skipped_files; default: fail")
+    max_skipped_files: int = _opt(10, "with --skip-corrupt-files, fail once more files than this are corrupt")
+
+    def __post_init__(self):
+        if self.ds is not None:
+            check_ds(self.ds)
+        if not 0 < self.sample_fraction <= 1:
+            raise _invalid(f"--sample-fraction must be in (0, 1], got {self.sample_fraction}")
+        if self.cdf_points < 2:
+            raise _invalid(f"--cdf-points must be at least 2, got {self.cdf_points}")
+        if not 0 <= self.max_reject_fraction <= 1:
+            raise _invalid(f"--max-reject-fraction must be in [0, 1], got {self.max_reject_fraction}")
+        if self.max_skipped_files < 0:
+            raise _invalid(f"--max-skipped-files must be >= 0, got {self.max_skipped_files}")
+        if self.approximate and self.row_counts:
+            raise _invalid("per-row access counts (--row-counts, for remap) need the exact profile",
+                           "drop --approximate", "or drop --row-counts")
+        self.sketch  # validates the sketch settings
+
+    @property
+    def sketch(self) -> SketchOptions | None:
+        return SketchOptions(self.hll_lg_k, self.row_sample_bits) if self.approximate else None
+
+    @property
+    def partition_ds(self) -> str:
+        return self.ds or datetime.date.today().isoformat()
+
+
+@dataclasses.dataclass(frozen=True)
+class SolveOptions:
+    """What the solver runs with; recorded in the manifest's inputs (their digest names the plan)."""
+    solver: str = _opt("cbc", "MILP solver", choices=SOLVERS)
+    time_limit_s: float = _opt(60.0, "seconds", flag="--time-limit")
+    mip_gap: float = _opt(0.01, "relative MIP gap to stop at")
+    cdf_segments: int = _opt(16, "linear pieces of each table's access CDF in the MILP")
+    symmetry_breaking: bool = _opt(True, "", flag="--no-symmetry-breaking")
+
+    def __post_init__(self):
+        if self.solver not in SOLVERS:
+            raise _invalid(f"unknown solver {self.solver!r}", f"use one of {SOLVERS}")
+        if not self.time_limit_s > 0:
+            raise _invalid(f"--time-limit must be positive, got {self.time_limit_s}")
+        if not 0 <= self.mip_gap < 1:
+            raise _invalid(f"--mip-gap must be in [0, 1), got {self.mip_gap}")
+        if self.cdf_segments < 1:
+            raise _invalid(f"--cdf-segments must be at least 1, got {self.cdf_segments}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RemapOptions:
+    manifest: str = _opt(help="manifest.json or its directory")
+    stats: str | None = _opt(None, "stats partition profiled with --row-counts (default: the manifest's "
+                                   "inputs.stats)")
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayOptions:
+    manifest: str = _opt(help="manifest.json (with remap files) or its directory")
+    logs: tuple[str, ...] = _opt(help="held-out logs (same format as profiled)")
+    out: str | None = _opt(None, "evaluation JSON (default: <manifest dir>/evaluation.json)")
+    max_reject_fraction: float = _opt(DEFAULT_MAX_REJECT_FRACTION,
+                                      "fail when more than this fraction of rows is rejected")
+
+
+def _flag(field: dataclasses.Field) -> str:
+    return field.metadata.get("flag") or "--" + field.name.replace("_", "-")
+
+
+def add_arguments(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
+    """One argument per field of the options dataclass ``cls``, defaults from the fields."""
+    hints = typing.get_type_hints(cls)
+    for field in dataclasses.fields(cls):
+        if field.name in skip:
+            continue
+        hint, flag, help_text = hints[field.name], _flag(field), field.metadata.get("help", "")
+        kwargs: dict = {"dest": field.name}
+        if field.default is dataclasses.MISSING:
+            kwargs["required"] = True
+        elif hint is not bool:
+            kwargs["default"] = field.default
+            help_text += "" if field.default is None else f" (default {field.default})"
+        if hint is bool:
+            kwargs.update(action="store_false" if flag.startswith("--no-") else "store_true",
+                          default=field.default)
+        else:
+            args = typing.get_args(hint)
+            if typing.get_origin(hint) is tuple:
+                kwargs["nargs"] = "+"
+                base = args[0]
+            else:
+                base = next((a for a in args if a is not type(None)), hint)
+            kwargs["type"] = base
+            if "choices" in field.metadata:
+                kwargs["choices"] = field.metadata["choices"]
+        parser.add_argument(flag, help=help_text or None, **kwargs)
+
+
+def from_args(cls: type, args: argparse.Namespace, **overrides):
+    """The options dataclass ``cls`` from parsed arguments (lists become tuples)."""
+    values = {}
+    for field in dataclasses.fields(cls):
+        if field.name in overrides:
+            values[field.name] = overrides[field.name]
+        elif hasattr(args, field.name):
+            value = getattr(args, field.name)
+            values[field.name] = tuple(value) if isinstance(value, list) else value
+    return cls(**values)

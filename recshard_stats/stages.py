@@ -1,0 +1,176 @@
+"""The Spark stages end to end, each a function of a SparkSession and its options dataclass:
+read, compute (the DataFrame transforms of :mod:`~recshard_stats.profiler`,
+:mod:`~recshard_stats.remap`, :mod:`~recshard_stats.replay`), write atomically. The console
+script and the spark-submit jobs only map arguments to these calls.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import pathlib
+import shutil
+
+from recshard_stats.errors import Reason, RecShardError
+from recshard_stats.options import ProfileOptions, RemapOptions, ReplayOptions
+from recshard_stats.spark_io import input_errors, local_uri, read_normalized, without_file
+
+log = logging.getLogger(__name__)
+
+
+def profile_logs(spark, options: ProfileOptions, model=None) -> str:
+    """``recshard profile``: logs -> ``<out>/ds=<date>/`` (tables, metadata, ``_SUCCESS``).
+    ``model``: the loaded model config, when the caller checked it before starting Spark."""
+    import pyspark
+
+    from recshard_stats.config import load_model_config
+    from recshard_stats.hashing import SEED
+    from recshard_stats.profile_assembly import ProfileLayout, approximate_metadata
+    from recshard_stats.profiler import profile
+    from recshard_stats.schemas import StatsMetadata
+    from recshard_stats.stats_output import publish_profile
+
+    model = model or load_model_config(options.model)
+    sketch, ds = options.sketch, options.partition_ds
+    layout = ProfileLayout.of(model, sketch)
+    inputs, skipped = list(options.inputs), []
+    while True:
+        try:
+            with input_errors(spark, model.input_format, inputs):
+                frame = read_normalized(spark, model, inputs, options.sample_fraction, options.seed)
+                result = profile(spark, frame, layout, cdf_points=options.cdf_points,
+                                 with_row_counts=options.row_counts,
+                                 max_reject_fraction=options.max_reject_fraction, sketch=sketch)
+            break
+        except RecShardError as exc:
+            if not options.skip_corrupt_files or exc.reason is not Reason.INPUT_CORRUPT:
+                raise
+            if len(skipped) == options.max_skipped_files:
+                raise RecShardError(
+                    Reason.INPUT_CORRUPT, f"more than {options.max_skipped_files} corrupt input files "
+                    f"(skipped so far: {skipped}; the next: {exc.context['file']})",
+                    fixes=("check how the logs are written", "raise --max-skipped-files")) from None
+            inputs = without_file(spark, inputs, exc.context["file"])
+            skipped.append(exc.context["file"])
+            log.warning("skipping corrupt input file %s (%d skipped); profiling the remaining %d files again",
+                        exc.context["file"], len(skipped), len(inputs))
+    metadata = StatsMetadata(
+        ds=ds, created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        input_paths=tuple(options.inputs), input_format=model.input_format,
+        sample_fraction=options.sample_fraction, sample_seed=options.seed,
+        input_rows=result.input_rows, rejected_rows=result.rejected_rows, skipped_files=tuple(skipped),
+        num_samples=result.num_samples, hash_functions={t.name: t.hash for t in model.tables}, hash_seed=SEED,
+        cdf_points=options.cdf_points, row_counts=options.row_counts,
+        approximate=approximate_metadata(sketch, model) if sketch else None,
+        spark_version=pyspark.__version__, model=model.to_dict(), model_digest=model.digest())
+    target = publish_profile(spark, result, options.out, ds, metadata)
+    log.info("profiled %d samples (%d rows rejected) -> %s", result.num_samples, result.rejected_rows, target)
+    return target
+
+
+def remap_manifest(spark, options: RemapOptions) -> pathlib.Path:
+    """``recshard remap``: each table's remap (hot rows first) next to a manifest, with checksums.
+
+    The manifest directory is rebuilt in a temporary sibling (old files, new
+    ``remap/<table>.parquet``, the completed manifest) and swapped in whole, so a reader sees the
+    old plan or the new one, never a manifest whose files do not match. It must be on a
+    filesystem the driver can rename in (local disk or a shared mount)."""
+    import pyarrow.parquet as pq
+
+    from recshard_stats.atomic import building_dir
+    from recshard_stats.manifest import (MANIFEST_NAME, RemapFile, complete_with_remaps, load_manifest,
+                                         sha256_data, write_manifest)
+    from recshard_stats.remap import empty_remap_table, hotter_rows, remap_rows, unseen_hbm_below
+    from recshard_stats.stats_reader import load_stats, stats_digest
+
+    loaded = load_manifest(options.manifest, verify_checksums=False)
+    manifest = loaded.manifest
+    stats = load_stats(options.stats or manifest.inputs.stats)
+    if stats_digest(stats) != manifest.inputs.stats_digest:
+        raise RecShardError(Reason.MANIFEST_MISMATCH,
+                            f"{stats.path} is not the stats partition {loaded.path} was solved from",
+                            fixes=("pass --stats with the partition named in the manifest's inputs",))
+    if not stats.metadata.row_counts:
+        raise RecShardError(Reason.STATS_INVALID, f"{stats.path} has no per-row access counts",
+                            fixes=("re-run `recshard profile` with --row-counts",))
+    names = [t.name for t in manifest.tables]
+    # table names such as "123" must stay strings when read back from table=<name> directories
+    spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
+    source = loaded.path.parent
+    with building_dir(source) as tmp:
+        for entry in source.iterdir():
+            if entry.name not in ("remap", MANIFEST_NAME) and not entry.name.startswith("_tmp"):
+                (shutil.copytree if entry.is_dir() else shutil.copy2)(entry, tmp / entry.name)
+        staging = tmp / "_staging"
+        row_counts = spark.read.parquet(local_uri(stats.path / "row_counts"))
+        log.info("remapping %d tables", len(names))
+        remapped = remap_rows(row_counts.where(row_counts.table.isin(names)), hotter_rows(spark, stats, names))
+        (remapped.repartition("table").sortWithinPartitions("table", "index")
+         .write.partitionBy("table").parquet(local_uri(staging)))
+        spill = [(t.name, t.rows_hbm - t.unique_rows, t.unique_rows) for t in manifest.tables
+                 if t.rows_hbm > t.unique_rows]
+        below = {}
+        if spill:
+            written = spark.read.parquet(local_uri(staging))
+            below = {r["table"]: r["below_row"] for r in unseen_hbm_below(
+                written, spark.createDataFrame(spill, "table string, k bigint, n_seen bigint")).collect()}
+        (tmp / "remap").mkdir()
+        remaps = {}
+        for t in manifest.tables:
+            written = staging / f"table={t.name}"
+            target = tmp / "remap" / f"{t.name}.parquet"
+            if written.exists():
+                written.rename(target)
+                rows = sum(pq.ParquetFile(p).metadata.num_rows for p in target.glob("*.parquet"))
+            else:  # a table never accessed: an empty remap, every row keeps its place
+                target.mkdir()
+                pq.write_table(empty_remap_table(), target / "part-0.parquet")
+                rows = 0
+            if rows != t.unique_rows:
+                raise RecShardError(Reason.STATS_INVALID,
+                                    f"table {t.name!r}: {rows} rows remapped, stats count {t.unique_rows}",
+                                    fixes=("re-run the profile with --row-counts",))
+            remaps[t.name] = (RemapFile(f"remap/{t.name}.parquet", sha256_data(target), rows), below.get(t.name, 0))
+        shutil.rmtree(staging)
+        write_manifest(tmp / MANIFEST_NAME, complete_with_remaps(manifest, remaps))
+        log.info("remap files for %d tables written; manifest updated with checksums", len(names))
+    path = source / MANIFEST_NAME
+    load_manifest(path)  # what was published reads back and verifies
+    return path
+
+
+def replay_logs(spark, options: ReplayOptions) -> pathlib.Path:
+    """``recshard evaluate``: replay held-out logs through a manifest's remap; the plans' measured
+    cost beside the prediction, as ``evaluation.json``."""
+    from pyspark.sql import functions as F
+
+    from recshard_stats.atomic import write_text_atomic
+    from recshard_stats.manifest import load_manifest
+    from recshard_stats.profile_assembly import ProfileLayout
+    from recshard_stats.profiler import profile
+    from recshard_stats.replay import EVALUATION_NAME, format_summary, summarize, tier_hits
+    from recshard_stats.typed_json import to_plain
+
+    loaded = load_manifest(options.manifest, require_remap=True)
+    manifest = loaded.manifest
+    with input_errors(spark, manifest.model.input_format, list(options.logs)):
+        frame = read_normalized(spark, manifest.model, list(options.logs))
+        result = profile(spark, frame, ProfileLayout.of(manifest.model), with_row_counts=True,
+                         max_reject_fraction=options.max_reject_fraction)
+    try:
+        remap = None
+        for t in manifest.tables:
+            part = (spark.read.parquet(local_uri(loaded.remap_path(t.name)))
+                    .select(F.lit(t.name).alias("table"), "row", "index"))
+            remap = part if remap is None else remap.unionByName(part)
+        placement = spark.createDataFrame([(t.name, t.rows_hbm, t.unseen_hbm_below_row) for t in manifest.tables],
+                                          "table string, rows_hbm bigint, unseen_below bigint")
+        hits = {r["table"]: r.asDict() for r in tier_hits(result.row_counts, remap, placement).collect()}
+    finally:
+        result.release()
+    summary = summarize(manifest, hits, result.num_samples, manifest_path=str(loaded.path), logs=options.logs)
+    out = pathlib.Path(options.out) if options.out else loaded.path.parent / EVALUATION_NAME
+    write_text_atomic(out, json.dumps(to_plain(summary), indent=2) + "\n")
+    print(format_summary(summary))
+    return out

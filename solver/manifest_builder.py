@@ -1,0 +1,86 @@
+"""Solver outcome -> the typed :class:`~recshard_stats.manifest.Manifest` (docs/design.md, "The manifest")."""
+
+from __future__ import annotations
+
+import datetime
+import pathlib
+
+from recshard_stats import __version__
+from recshard_stats.config import HardwareConfig, ModelConfig, digest_of
+from recshard_stats.manifest import (BaselinePlan, GpuPlacement, Manifest, ManifestInputs, PlanSummary,
+                                     TablePlacement)
+from recshard_stats.options import SolveOptions, check_ds
+from recshard_stats.solver.plan import PlanCost
+from recshard_stats.solver.problem import Problem
+from recshard_stats.solver.solve import Outcome
+from recshard_stats.stats_reader import StatsPartition, stats_digest
+from recshard_stats.typed_json import to_plain
+
+_MS = 1e3
+TORCHREC_PLAN_NAME = "torchrec_plan.json"
+
+
+def baseline_plan(cost: PlanCost, best_cost: float) -> BaselinePlan:
+    return BaselinePlan(name=cost.plan.name, max_cost_ms=cost.max_cost * _MS, imbalance=cost.imbalance,
+                        uvm_access_fraction=cost.uvm_access_fraction,
+                        cost_vs_recshard=cost.max_cost / best_cost if best_cost > 0 else 1.0,
+                        gpu=tuple(cost.plan.gpu), rows_hbm=tuple(cost.plan.rows_hbm),
+                        gpu_cost_ms=tuple(c * _MS for c in cost.gpu_cost))
+
+
+def build_manifest(outcome: Outcome, problem: Problem, model: ModelConfig, hardware: HardwareConfig,
+                   stats: StatsPartition, options: SolveOptions, ds: str) -> Manifest:
+    best = outcome.best
+    inputs = dict(stats_digest=stats_digest(stats), stats_ds=stats.metadata.ds, model_digest=model.digest(),
+                  hardware_digest=hardware.digest(), solver_options=options)
+    inputs = ManifestInputs(stats=str(stats.path), digest=digest_of(to_plain(inputs)), **inputs)
+    tables = tuple(TablePlacement(
+        name=t.name, features=t.features, gpu=best.plan.gpu[j], hash_size=t.hash_size, dim=t.dim, hash=t.hash,
+        rows_hbm=best.plan.rows_hbm[j], rows_uvm=t.hash_size - best.plan.rows_hbm[j], unique_rows=t.unique_rows,
+        unused_rows=t.hash_size - t.unique_rows, predicted_hbm_access_fraction=best.table_hbm_fraction[j],
+        predicted_cost_ms=best.table_cost[j] * _MS, accesses_per_batch=t.accesses_per_batch,
+        pooling_factor=t.pooling_factor, feature_pooling=t.feature_pooling, coverage=t.coverage,
+        row_bytes=t.row_bytes, remap=None) for j, t in enumerate(problem.tables))
+    gpus = tuple(GpuPlacement(rank=g, tables=tuple(t.name for t in tables if t.gpu == g),
+                              hbm_bytes_used=int(best.gpu_hbm_bytes[g]), hbm_bytes_capacity=int(problem.hbm_capacity),
+                              predicted_cost_ms=best.gpu_cost[g] * _MS) for g in range(problem.num_gpus))
+    milp = outcome.milp
+    plan = PlanSummary(
+        solver=options.solver, status=milp.status, source=outcome.source, objective_ms=best.max_cost * _MS,
+        lower_bound_ms=outcome.lower_bound * _MS, gap=outcome.gap, milp_objective_ms=milp.objective_ms,
+        milp_bound_ms=milp.bound_ms, solve_seconds=milp.solve_seconds, imbalance=best.imbalance,
+        uvm_access_fraction=best.uvm_access_fraction,
+        baselines=tuple(baseline_plan(b, best.max_cost) for b in outcome.baselines))
+    return Manifest(ds=ds, created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(),
+                    producer=f"recshard-stats {__version__}", inputs=inputs, model=model, hardware=hardware,
+                    plan=plan, gpus=gpus, tables=tables)
+
+
+def manifest_dir(root: str | pathlib.Path, ds: str) -> pathlib.Path:
+    return pathlib.Path(root) / f"ds={check_ds(ds)}"
+
+
+def solve_to_manifest(stats_path, model_path, hardware_path, out_root, ds: str | None = None,
+                      options: SolveOptions = SolveOptions()) -> pathlib.Path:
+    """``recshard solve``: stats partition + configs -> ``<out_root>/ds=<ds>/manifest.json``
+    (plus ``torchrec_plan.json`` beside it), each written atomically."""
+    import json
+
+    from recshard_stats.atomic import write_text_atomic
+    from recshard_stats.config import load_hardware_config, load_model_config
+    from recshard_stats.export import torchrec_plan
+    from recshard_stats.manifest import MANIFEST_NAME, write_manifest
+    from recshard_stats.solver.problem import build_problem
+    from recshard_stats.solver.solve import solve_problem
+    from recshard_stats.stats_reader import load_stats
+
+    model, hardware = load_model_config(model_path), load_hardware_config(hardware_path)
+    stats = load_stats(stats_path)
+    ds = ds or stats.metadata.ds or datetime.date.today().isoformat()
+    target = manifest_dir(out_root, ds)  # checks ds before anything is computed or written
+    problem = build_problem(stats, model, hardware)
+    outcome = solve_problem(problem, options)
+    manifest = build_manifest(outcome, problem, model, hardware, stats, options, ds)
+    path = write_manifest(target / MANIFEST_NAME, manifest)
+    write_text_atomic(target / TORCHREC_PLAN_NAME, json.dumps(torchrec_plan(manifest), indent=2) + "\n")
+    return path

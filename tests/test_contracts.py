@@ -1,0 +1,134 @@
+"""The typed contracts: the manifest's dataclasses against its JSON Schema (field by field), a
+manifest written before the dataclasses existed, remap completion, and the latest pointer.
+No Spark: a manifest that an earlier version wrote (tests/data) is the input."""
+
+import dataclasses
+import json
+import pathlib
+import re
+
+import jsonschema
+import pytest
+
+from recshard_stats.config import HardwareConfig
+from recshard_stats.errors import Reason, RecShardError
+from recshard_stats.manifest import (SCHEMA_PATH, BaselinePlan, GpuPlacement, Manifest, ManifestInputs, PlanSummary,
+                                     RemapFile, TablePlacement, complete_with_remaps, load_manifest)
+from recshard_stats.options import SolveOptions
+from recshard_stats.typed_json import required_fields
+
+OLD = pathlib.Path(__file__).parent / "data" / "manifest_v1_2b2c487.json"
+SCHEMA = json.loads(SCHEMA_PATH.read_text())
+
+
+def _node(path: str) -> dict:
+    node = SCHEMA
+    for part in path.split("/"):
+        if not part:
+            continue
+        node = node["items"] if part == "[]" else node["properties"][part]
+    return node
+
+
+# (schema location, dataclass it must describe exactly)
+LOCATIONS = [("", Manifest), ("inputs", ManifestInputs), ("inputs/solver_options", SolveOptions),
+             ("hardware", HardwareConfig), ("plan", PlanSummary), ("plan/baselines/[]", BaselinePlan),
+             ("gpus/[]", GpuPlacement), ("tables/[]", TablePlacement)]
+
+
+@pytest.mark.parametrize("where, cls", LOCATIONS, ids=[c.__name__ for _, c in LOCATIONS])
+def test_json_schema_describes_each_dataclass_field_by_field(where, cls):
+    node = _node(where)
+    fields = [f.name for f in dataclasses.fields(cls)]
+    assert set(node["properties"]) == set(fields)
+    assert node["additionalProperties"] is False
+    # a document must give what has no default (SolveOptions, all defaults, may be partial);
+    # the manifest's own kind and version are always written and always required
+    always = {"schema_version", "kind"} if cls is Manifest else set()
+    assert set(node["required"]) == set(required_fields(cls)) | always
+
+
+def test_remap_entry_schema_matches_remap_file():
+    remap = _node("tables/[]")["properties"]["remap"]["oneOf"][1]
+    assert set(remap["properties"]) == set(remap["required"]) == {f.name for f in dataclasses.fields(RemapFile)}
+
+
+def test_a_manifest_written_before_the_dataclasses_loads_and_round_trips():
+    text = OLD.read_text()
+    manifest = Manifest.from_json(text)
+    assert json.loads(manifest.to_json()) == json.loads(text)
+    jsonschema.validate(json.loads(manifest.to_json()), SCHEMA)
+    assert manifest.ds == "2026-12-01" and manifest.num_gpus == 4 and len(manifest.tables) == 25
+    assert manifest.inputs.solver_options == SolveOptions(time_limit_s=20.0)
+    t = manifest.table("t_f00")
+    assert (t.gpu, t.rows_hbm, t.rows_uvm, t.remap.rows, t.unseen_hbm_below_row) == (2, 14, 2, 10, 8)
+    assert manifest.plan.baselines[0].name == "greedy_size"
+
+
+def test_errors_name_the_field(tmp_path):
+    data = json.loads(OLD.read_text())
+    cases = [
+        (("tables", 3, "gpu"), "2", "tables[3].gpu: must be an integer, got '2'"),
+        (("tables", 3, "gpu"), 9, "table 't_f03' is on GPU 9, the plan has 4"),
+        (("plan", "objective_ms"), None, "plan.objective_ms: must be a number, got None"),
+        (("tables", 0, "rows_hbm"), 15, "rows_hbm 15 + rows_uvm 2 != hash_size 16"),
+        (("tables", 0, "hash_fn"), "xxhash64", "tables[0]: unknown field(s) ['hash_fn']"),
+        (("inputs", "solver_options", "solver"), "gurobi", "unknown solver 'gurobi'"),
+    ]
+    for path, value, message in cases:
+        bad = json.loads(json.dumps(data))
+        target = bad
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+        (tmp_path / "manifest.json").write_text(json.dumps(bad))
+        with pytest.raises(RecShardError, match=re.escape(message)) as err:
+            load_manifest(tmp_path, verify_checksums=False)
+        assert err.value.reason in (Reason.MANIFEST_INVALID, Reason.CONFIG_INVALID), message
+        assert str(tmp_path / "manifest.json") in str(err.value)
+    del data["tables"][0]["coverage"]
+    (tmp_path / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(RecShardError, match=r"tables\[0\]: lacks \['coverage'\]"):
+        load_manifest(tmp_path, verify_checksums=False)
+
+
+def test_remap_completion_returns_a_new_manifest():
+    manifest = Manifest.from_json(OLD.read_text())
+    bare = dataclasses.replace(manifest, tables=tuple(dataclasses.replace(t, remap=None, unseen_hbm_below_row=0)
+                                                     for t in manifest.tables))
+    remaps = {t.name: (RemapFile(f"remap/{t.name}.parquet", "sha256:" + "0" * 64, t.unique_rows), 7)
+              for t in bare.tables}
+    done = complete_with_remaps(bare, remaps)
+    assert all(t.remap is None for t in bare.tables)  # the input is untouched
+    assert [t.remap for t in done.tables] == [remaps[t.name][0] for t in bare.tables]
+    assert {t.unseen_hbm_below_row for t in done.tables} == {7}
+    assert dataclasses.replace(done, tables=bare.tables) == bare
+    with pytest.raises(RecShardError, match="no remap given for tables"):
+        complete_with_remaps(bare, dict(list(remaps.items())[:3]))
+
+
+def _manifest_dir(tmp_path) -> pathlib.Path:
+    target = tmp_path / "manifests" / "ds=2026-12-01"
+    target.mkdir(parents=True)
+    (target / "manifest.json").write_text(OLD.read_text())
+    return target
+
+
+def test_loader_refuses_rows_outside_the_table(tmp_path):
+    loaded = load_manifest(_manifest_dir(tmp_path), verify_checksums=False)
+    for bad in (16, -1):  # t_f00 has 16 rows
+        with pytest.raises(RecShardError, match=f"row {bad} is outside table 't_f00' \\(hash_size 16\\)") as err:
+            loaded.remap("t_f00", [0, 3, bad])
+        assert err.value.reason is Reason.MANIFEST_MISMATCH
+
+
+def test_loader_refuses_a_remap_reached_through_a_link_that_leaves_the_directory(tmp_path):
+    target = _manifest_dir(tmp_path)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (target / "remap").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(RecShardError, match=r"remap/t_f00.parquet' leaves the manifest's directory \(through a link\)"):
+        load_manifest(target, verify_checksums=False)
+    (target / "remap").unlink()
+    (target / "remap").mkdir()  # the same path, inside: accepted (files are checked later, with checksums)
+    assert load_manifest(target, verify_checksums=False).remap_path("t_f00") == (target / "remap" / "t_f00.parquet")
