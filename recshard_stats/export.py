@@ -1,34 +1,40 @@
-"""The plan in TorchRec's terms, as JSON a TorchRec user applies without this package.
+"""The plan in TorchRec's terms, as JSON (``torchrec_plan.json``) a TorchRec user reads without
+this package, and the kernel choice :mod:`recshard_stats.torchrec` uses too.
 
 Per table: ``sharding_type`` ``table_wise`` on one rank; compute kernel ``fused`` when the whole
-table is in HBM, else ``fused_uvm_caching`` with the HBM share of rows as ``cache_load_factor``
-(TorchRec's UVM cache keeps that fraction of rows in HBM); and ``ParameterConstraints``-style
-``pooling_factors`` (mean ids per sample, per feature). Apply it as::
-
-    from torchrec.distributed.planner.types import ParameterConstraints
-    constraints = {name: ParameterConstraints(sharding_types=[t["sharding_type"]],
-                                              compute_kernels=[t["compute_kernel"]],
-                                              pooling_factors=t["pooling_factors"],
-                                              cache_params=CacheParams(load_factor=t["cache_load_factor"]))
-                   for name, t in plan["tables"].items()}
-
-and pin each table to ``ranks`` with a ``ParameterSharding`` of that kernel. Importing torch
-or torchrec is not needed to write it.
+table is in HBM, ``fused_uvm`` when none of it is, else ``fused_uvm_caching`` with the HBM share
+of rows as ``cache_load_factor`` (TorchRec's own cache; RecShard's static split of such a table
+into an HBM and a UVM part is :func:`recshard_stats.torchrec.sharding_plan`); and
+``ParameterConstraints``-style ``pooling_factors`` (mean ids per sample, per feature). With
+torchrec installed, ``recshard_stats.torchrec.sharding_plan(manifest)`` builds the real
+``ShardingPlan`` instead.
 """
 
 from __future__ import annotations
 
-from recshard_stats.manifest import Manifest
+from recshard_stats.manifest import Manifest, TablePlacement
+
+FUSED, FUSED_UVM, FUSED_UVM_CACHING = "fused", "fused_uvm", "fused_uvm_caching"
+
+
+def unsplit_kernel(t: TablePlacement) -> tuple[str, float | None]:
+    """TorchRec compute kernel of a table planned whole, and its cache load factor (None: no cache)."""
+    if t.rows_uvm == 0:
+        return FUSED, None
+    if t.rows_hbm == 0:
+        return FUSED_UVM, None
+    return FUSED_UVM_CACHING, t.rows_hbm / t.hash_size
 
 
 def torchrec_plan(manifest: Manifest) -> dict:
     tables = {}
     for t in manifest.tables:
+        kernel, load_factor = unsplit_kernel(t)
         tables[t.name] = {
             "sharding_type": "table_wise",
             "ranks": [t.gpu],
-            "compute_kernel": "fused" if t.fully_in_hbm else "fused_uvm_caching",
-            "cache_load_factor": None if t.fully_in_hbm else t.rows_hbm / t.hash_size,
+            "compute_kernel": kernel,
+            "cache_load_factor": load_factor,
             "num_embeddings": t.hash_size,
             "embedding_dim": t.dim,
             "feature_names": list(t.features),

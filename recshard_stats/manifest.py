@@ -276,10 +276,11 @@ def complete_with_remaps(manifest: Manifest, remaps: dict[str, tuple[RemapFile, 
         for t in manifest.tables))
 
 
-@dataclasses.dataclass
-class _Remap:
-    seen_rows: np.ndarray      # sorted ascending
-    seen_index: np.ndarray     # new index of seen_rows[i]
+@dataclasses.dataclass(frozen=True)
+class SeenRemap:
+    """A table's remap as arrays: its seen rows (ascending) and each one's new index."""
+    seen_rows: np.ndarray
+    seen_index: np.ndarray
 
 
 class ManifestFile:
@@ -290,7 +291,7 @@ class ManifestFile:
         self.path = path
         self.manifest = manifest
         self.tables = {t.name: t for t in manifest.tables}
-        self._remaps: dict[str, _Remap] = {}
+        self._remaps: dict[str, SeenRemap] = {}
 
     @property
     def num_gpus(self) -> int:
@@ -310,7 +311,7 @@ class ManifestFile:
         remap = self.table(name).remap
         return None if remap is None else safe_relative(self.path.parent, remap.path)
 
-    def _remap_of(self, name: str) -> _Remap:
+    def seen_remap(self, name: str) -> SeenRemap:
         if name not in self._remaps:
             placement, file = self.table(name), self.remap_path(name)
             if file is None:
@@ -324,7 +325,7 @@ class ManifestFile:
                 raise _invalid(f"remap of {name!r} has {len(rows)} rows, manifest says {placement.unique_rows}",
                                path=self.path)
             order = np.argsort(rows, kind="stable")
-            self._remaps[name] = _Remap(rows[order], index[order])
+            self._remaps[name] = SeenRemap(rows[order], index[order])
         return self._remaps[name]
 
     def new_index(self, table: str, rows) -> np.ndarray:
@@ -336,7 +337,7 @@ class ManifestFile:
             raise RecShardError(Reason.MANIFEST_MISMATCH,
                                 f"row {int(bad)} is outside table {table!r} (hash_size {placement.hash_size})",
                                 fixes=("hash ids with recshard_stats.hashing.rows_of(keys, hash_size)",))
-        remap = self._remap_of(table)
+        remap = self.seen_remap(table)
         seen = len(remap.seen_rows)
         pos = np.searchsorted(remap.seen_rows, rows)
         found = pos < seen

@@ -83,6 +83,8 @@ def test_solve_with_each_required_solver(pipeline, solver, tmp_path):
         assert exported["ranks"] == [t["gpu"]]
         if t["rows_hbm"] == t["hash_size"]:
             assert exported["compute_kernel"] == "fused" and exported["cache_load_factor"] is None
+        elif t["rows_hbm"] == 0:  # a cache with no rows is no cache: TorchRec refuses load factor 0
+            assert exported["compute_kernel"] == "fused_uvm" and exported["cache_load_factor"] is None
         else:
             assert exported["compute_kernel"] == "fused_uvm_caching"
             assert exported["cache_load_factor"] == pytest.approx(t["rows_hbm"] / t["hash_size"])

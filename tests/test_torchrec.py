@@ -1,0 +1,250 @@
+"""The plan in a real TorchRec (CPU build: torch 2.13 + fbgemm-gpu-cpu + torchrec, installed by
+scripts/setup.sh): the static split computes exactly what the unsplit tables do, forward,
+backward and over SGD steps, and its ShardingPlan is accepted by TorchRec."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (scripts/setup.sh installs the torchrec extra)")
+torchrec = pytest.importorskip("torchrec", reason="torchrec is not installed (scripts/setup.sh installs it)")
+
+from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor, PoolingType  # noqa: E402
+
+from recshard_stats.manifest import GpuPlacement, Manifest, RemapFile, load_manifest, sha256_data  # noqa: E402
+from recshard_stats.torchrec import (FUSED, FUSED_UVM, StaticSplitEmbeddingBagCollection, sharding_plan,  # noqa: E402
+                                     split_parts, split_state_dict, unsplit_state_dict)
+from tests.conftest import ROOT  # noqa: E402
+
+# name, features, gpu, hash_size, dim, rows_hbm, unique_rows
+TABLES = [("a", ("fa",), 0, 50, 8, 20, 30),          # both tiers, seen rows in both
+          ("b", ("fb",), 1, 40, 8, 40, 25),          # wholly in HBM
+          ("c", ("fc",), 1, 30, 4, 0, 12),           # wholly in UVM
+          ("d", ("d1", "d2"), 0, 60, 8, 45, 35),     # shared; HBM holds every seen row and 10 unseen ones
+          ("e", ("fe",), 1, 20, 4, 5, 0)]            # never seen: the remap is empty
+
+
+def _manifest_dir(tmp_path) -> "ManifestFile":  # noqa: F821
+    """A manifest of the tables above (from a real one, resized) with random remaps on disk."""
+    base = Manifest.from_json((ROOT / "tests" / "data" / "manifest_v1_2b2c487.json").read_text())
+    rng = np.random.default_rng(0)
+    template = base.tables[0]
+    directory = tmp_path / "ds=2026-12-01"
+    (directory / "remap").mkdir(parents=True)
+    tables = []
+    for name, features, gpu, hash_size, dim, rows_hbm, unique in TABLES:
+        seen = rng.choice(hash_size, unique, replace=False)
+        part = directory / "remap" / f"{name}.parquet"
+        part.mkdir()
+        pq.write_table(pa.table({"row": pa.array(seen, pa.int64()), "index": pa.array(rng.permutation(unique), pa.int64()),
+                                 "access_count": pa.array(np.ones(unique), pa.int64())}), part / "part-0.parquet")
+        tables.append(dataclasses.replace(
+            template, name=name, features=features, gpu=gpu, hash_size=hash_size, dim=dim, rows_hbm=rows_hbm,
+            rows_uvm=hash_size - rows_hbm, unique_rows=unique, unused_rows=hash_size - unique,
+            feature_pooling=(1.0,) * len(features),
+            remap=RemapFile(f"remap/{name}.parquet", sha256_data(part), unique)))
+    gpus = tuple(GpuPlacement(g, tuple(t.name for t in tables if t.gpu == g), 0, 10**6, 0.0) for g in range(2))
+    manifest = dataclasses.replace(base, tables=tuple(tables), gpus=gpus)
+    (directory / "manifest.json").write_text(manifest.to_json())
+    return load_manifest(directory)
+
+
+@pytest.fixture
+def loaded(tmp_path):
+    return _manifest_dir(tmp_path)
+
+
+def _unsplit(loaded, pooling) -> EmbeddingBagCollection:
+    torch.manual_seed(1)
+    return EmbeddingBagCollection(tables=[
+        EmbeddingBagConfig(name=t.name, embedding_dim=t.dim, num_embeddings=t.hash_size, feature_names=list(t.features),
+                           pooling=pooling) for t in loaded.manifest.tables])
+
+
+def _split(loaded, pooling, unsplit) -> StaticSplitEmbeddingBagCollection:
+    split = StaticSplitEmbeddingBagCollection(loaded, pooling=pooling)
+    weights = {t.name: unsplit.embedding_bags[t.name].weight.detach() for t in loaded.manifest.tables}
+    split.collection.load_state_dict(split_state_dict(loaded, weights))
+    return split
+
+
+def _batch(loaded, rng, batch=16) -> KeyedJaggedTensor:
+    """Random bags: empty ones, multi-hot ones, ids anywhere in each table (both tiers, seen or not)."""
+    keys, values, lengths = [], [], []
+    for t in loaded.manifest.tables:
+        for f in t.features:
+            n = rng.integers(0, 6, batch)
+            n[:2] = 0  # always some empty bags
+            keys.append(f)
+            lengths.append(torch.as_tensor(n))
+            values.append(torch.as_tensor(rng.integers(0, t.hash_size, int(n.sum()))))
+    return KeyedJaggedTensor.from_lengths_sync(keys=keys, values=torch.cat(values), lengths=torch.cat(lengths))
+
+
+def test_split_layout_and_its_sharding_plan(loaded):
+    parts = {p.name: p for p in split_parts(loaded.manifest)}
+    assert sorted(parts) == ["a__hbm", "a__uvm", "b", "c", "d__hbm", "d__uvm", "e__hbm", "e__uvm"]
+    assert (parts["a__hbm"].rows, parts["a__uvm"].rows, parts["a__uvm"].first_row) == (20, 30, 20)
+    assert (parts["b"].kernel, parts["c"].kernel, parts["a__hbm"].kernel, parts["a__uvm"].kernel) == (
+        FUSED, FUSED_UVM, FUSED, FUSED_UVM)
+    plan = sharding_plan(loaded.manifest, "sparse.ebc.collection")
+    module_plan = plan.plan["sparse.ebc.collection"]
+    for name, p in parts.items():
+        sharding = module_plan[name]
+        assert sharding.sharding_type == "table_wise" and sharding.ranks == [p.rank]
+        assert sharding.compute_kernel == p.kernel
+        assert sharding.sharding_spec.shards[0].shard_sizes[0] == p.rows
+    cpu = sharding_plan(loaded.manifest, device_type="cpu").plan[""]
+    assert {s.compute_kernel for s in cpu.values()} == {FUSED}
+
+
+@pytest.mark.parametrize("pooling", [PoolingType.SUM, PoolingType.MEAN])
+def test_split_equals_unsplit_forward_and_backward(loaded, pooling):
+    unsplit = _unsplit(loaded, pooling)
+    split = _split(loaded, pooling, unsplit)
+    rng = np.random.default_rng(2)
+    for _ in range(3):
+        kjt = _batch(loaded, rng)
+        expected, got = unsplit(kjt), split(kjt)
+        assert got.keys() == expected.keys() == ["fa", "fb", "fc", "d1", "d2", "fe"]
+        torch.testing.assert_close(got.values(), expected.values(), rtol=1e-6, atol=1e-6)
+        weight = torch.as_tensor(rng.normal(size=tuple(expected.values().shape)), dtype=torch.float32)
+        unsplit.zero_grad()
+        split.zero_grad()
+        (expected.values() * weight).sum().backward()
+        (got.values() * weight).sum().backward()
+        grads = unsplit_state_dict(loaded, {k: v.grad for k, v in split.collection.named_parameters()})
+        for t in loaded.manifest.tables:
+            torch.testing.assert_close(grads[t.name], unsplit.embedding_bags[t.name].weight.grad, rtol=1e-6, atol=1e-6)
+
+
+def test_twenty_sgd_steps_give_the_same_losses_and_weights(loaded):
+    unsplit = _unsplit(loaded, PoolingType.MEAN)
+    split = _split(loaded, PoolingType.MEAN, unsplit)
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.5) for m in (unsplit, split)]
+    rng = np.random.default_rng(3)
+    target = torch.as_tensor(rng.normal(size=(16, 8 + 8 + 4 + 8 + 8 + 4)), dtype=torch.float32)
+    losses = {0: [], 1: []}
+    batches = [_batch(loaded, rng) for _ in range(2)]
+    for step in range(20):
+        kjt = batches[step % 2]
+        for i, (model, optimizer) in enumerate(zip((unsplit, split), optimizers)):
+            optimizer.zero_grad()
+            loss = ((model(kjt).values() - target) ** 2).mean()
+            loss.backward()
+            optimizer.step()
+            losses[i].append(loss.item())
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
+    assert losses[0][-2] < losses[0][0] and losses[0][-1] < losses[0][1]  # it trained
+    back = unsplit_state_dict(loaded, split.collection.state_dict())
+    for t in loaded.manifest.tables:
+        torch.testing.assert_close(back[t.name], unsplit.embedding_bags[t.name].weight.detach(), rtol=1e-5, atol=1e-6)
+
+
+def _dmp_worker(rank: int, world: int, port: int, manifest_dir: str, results) -> None:
+    """One rank: shard the split collection with the manifest's plan through TorchRec's
+    DistributedModelParallel (gloo, CPU), fill its shards from unsplit weights, compare a forward
+    with the unsplit tables on this rank's batch, and run a backward."""
+    import os
+
+    import torch.distributed as dist
+    from torchrec.distributed.model_parallel import DistributedModelParallel
+    from torchrec.distributed.types import ShardingEnv
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        loaded = load_manifest(manifest_dir)
+        model = StaticSplitEmbeddingBagCollection(loaded, device=torch.device("meta"))
+        plan = sharding_plan(loaded.manifest, "collection", device_type="cpu")
+        dmp = DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.group.WORLD), plan=plan,
+                                       device=torch.device("cpu"))
+        generator = torch.Generator().manual_seed(0)
+        weights = {t.name: torch.randn(t.hash_size, t.dim, generator=generator) for t in loaded.manifest.tables}
+        split = split_state_dict(loaded, weights)
+        owned = []
+        for key, value in dmp.state_dict().items():
+            name = key.split("collection.", 1)[1]
+            for shard in value.local_shards():
+                shard.tensor.copy_(split[name])
+                owned.append(name.split(".")[1])
+        unsplit = _unsplit(loaded, PoolingType.SUM)
+        unsplit.load_state_dict({f"embedding_bags.{name}.weight": w for name, w in weights.items()})
+        kjt = _batch(loaded, np.random.default_rng(10 + rank))
+        out = dmp(kjt)
+        error = (out.values() - unsplit(kjt).values()).abs().max().item()
+        out.values().sum().backward()
+        results.put((rank, sorted(owned), error))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def run_manifest(spark, tmp_path_factory):
+    """The manifest `recshard run` leaves (the tests' small model, two GPUs short of HBM)."""
+    from helpers import SPEC, write_yaml
+    from recshard_stats import cli
+
+    root = tmp_path_factory.mktemp("torchrec_run")
+    spec = write_yaml(root / "spec.yaml", SPEC)
+    hw = write_yaml(root / "hw.yaml", {"num_gpus": 2, "hbm_per_gpu_bytes": 600_000, "hbm_reserved_fraction": 0.0,
+                                       "host_gib": 1, "batch_size": 1024})
+    assert cli.main(["run", "--out", str(root / "run"), "--spec", str(spec), "--hardware", str(hw),
+                     "--samples", "20000", "--time-limit", "10"]) == 0
+    return root / "run" / "manifests" / "ds=2026-12-01"
+
+
+@pytest.mark.slow  # a whole `recshard run`, then one process per rank
+def test_the_run_manifests_plan_drives_distributed_model_parallel_on_cpu(run_manifest):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    manifest = load_manifest(run_manifest).manifest
+    assert any(0 < t.rows_hbm < t.hash_size for t in manifest.tables)  # the split is exercised
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    context = mp.get_context("spawn")
+    results = context.SimpleQueue()
+    mp.start_processes(_dmp_worker, args=(manifest.num_gpus, port, str(run_manifest), results),
+                       nprocs=manifest.num_gpus, start_method="spawn")
+    by_rank = dict((rank, (owned, error)) for rank, owned, error in (results.get() for _ in range(manifest.num_gpus)))
+    expected = {g: sorted(p.name for p in split_parts(manifest) if p.rank == g) for g in range(manifest.num_gpus)}
+    for rank, (owned, error) in by_rank.items():
+        assert owned == expected[rank]  # each table (part) lives on the manifest's rank
+        assert error < 1e-5
+
+
+def test_unsplit_plans_use_torchrecs_cache_only_when_asked(loaded):
+    with pytest.raises(ValueError, match="table 'a' has rows in both tiers"):
+        sharding_plan(loaded.manifest, split=False)
+    plan = sharding_plan(loaded.manifest, split=False, cache=True).plan[""]
+    assert (plan["a"].compute_kernel, plan["b"].compute_kernel, plan["c"].compute_kernel) == (
+        "fused_uvm_caching", FUSED, FUSED_UVM)
+    assert plan["a"].cache_params.load_factor == pytest.approx(20 / 50)
+    assert plan["c"].cache_params is None and plan["a"].ranks == [0] and plan["c"].ranks == [1]
+
+
+def test_torchrecs_planner_takes_the_measured_statistics(loaded):
+    """For teams that keep TorchRec's planner: it plans with our pooling factors and cache
+    statistics (a made-up CUDA topology on CPU, no process group)."""
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
+
+    from recshard_stats.torchrec import parameter_constraints, table_configs
+
+    constraints = parameter_constraints(loaded.manifest)
+    assert constraints["d"].pooling_factors == [1.0, 1.0] and constraints["d"].feature_names == ["d1", "d2"]
+    assert constraints["a"].cache_params.load_factor == pytest.approx(30 / 50)  # rows the profile saw
+    collection = EmbeddingBagCollection(tables=table_configs(loaded.manifest, split=False), device=torch.device("meta"))
+    topology = Topology(world_size=2, compute_device="cuda", hbm_cap=200_000, ddr_cap=10**9, local_world_size=2)
+    plan = EmbeddingShardingPlanner(topology=topology, batch_size=64, constraints=constraints).plan(
+        collection, [EmbeddingBagCollectionSharder()])
+    planned = plan.plan[""]
+    assert sorted(planned) == ["a", "b", "c", "d", "e"]
+    assert all(set(p.ranks) <= {0, 1} for p in planned.values())
