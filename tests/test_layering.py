@@ -48,3 +48,9 @@ def test_what_each_side_may_not_import(modules, absent):
     code = f"import sys, {modules}; print([m for m in {absent!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
+
+
+def test_only_the_torchrec_adapter_imports_torch():
+    for path in SOURCES:
+        if {m.split(".")[0] for m in _imports(path)} & {"torch", "torchrec", "fbgemm_gpu"}:
+            assert path == LIBRARY / "torchrec.py", path
