@@ -8,11 +8,71 @@ import contextlib
 import logging
 import os
 import re
+import time
 
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.options import SparkOptions
 
 log = logging.getLogger(__name__)
+
+
+class HadoopFS:
+    """The few filesystem calls the job needs, through Spark's own Hadoop client (local, HDFS, S3...)."""
+
+    def __init__(self, spark, uri: str):
+        jvm = spark.sparkContext._jvm
+        self._jvm = jvm
+        self._path = jvm.org.apache.hadoop.fs.Path
+        self.fs = self._path(uri).getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+
+    def path(self, uri: str):
+        return self._path(uri)
+
+    def exists(self, uri: str) -> bool:
+        return self.fs.exists(self.path(uri))
+
+    def data_files(self, uri: str):
+        """The file, or the files at any depth under the directory, that are not hidden or markers
+        (as Spark's readers see them), as qualified URIs; lazily."""
+        files = self.fs.listFiles(self.path(uri), True)
+        while files.hasNext():
+            path = files.next().getPath()
+            if not path.getName().startswith((".", "_")):
+                yield path.toString()
+
+    def has_data_files(self, uri: str) -> bool:
+        return next(self.data_files(uri), None) is not None
+
+    def write_text(self, uri: str, text: str) -> None:
+        stream = self.fs.create(self.path(uri), True)
+        try:
+            stream.write(bytearray(text.encode("utf-8")))
+        finally:
+            stream.close()
+
+    def rename(self, src: str, dst: str) -> None:
+        if not self.fs.rename(self.path(src), self.path(dst)):
+            raise OSError(f"could not rename {src} to {dst}")
+
+    def delete(self, uri: str) -> None:
+        self.fs.delete(self.path(uri), True)
+
+    def create_exclusive(self, uri: str, text: str) -> bool:
+        """Create a file only if it does not exist (atomic on HDFS and local disks)."""
+        try:
+            stream = self.fs.create(self.path(uri), False)
+        except Exception as exc:  # Py4J wraps Hadoop's FileAlreadyExistsException
+            if "FileAlreadyExists" in str(exc) or "already exists" in str(exc):
+                return False
+            raise
+        try:
+            stream.write(bytearray(text.encode("utf-8")))
+        finally:
+            stream.close()
+        return True
+
+    def age_seconds(self, uri: str) -> float:
+        return time.time() - self.fs.getFileStatus(self.path(uri)).getModificationTime() / 1000
 
 
 def spark_session(app: str, options: SparkOptions = SparkOptions()):
@@ -51,7 +111,6 @@ def local_uri(path) -> str:
 def read_normalized(spark, model, inputs: list[str], sample_fraction: float = 1.0, seed: int = 0):
     """The logs at ``inputs`` (format from the model config) as the normalized frame of
     :mod:`recshard_stats.readers`, optionally Bernoulli-sampled."""
-    from recshard_stats.stats_output import HadoopFS
     from recshard_stats.readers import normalize_criteo_tsv, normalize_parquet
 
     fs = HadoopFS(spark, inputs[0])
@@ -127,7 +186,6 @@ def find_unreadable_file(spark, input_format: str, inputs: list[str]) -> str | N
 
 def input_files(spark, inputs: list[str]) -> list[str]:
     """Every data file under the input paths."""
-    from recshard_stats.stats_output import HadoopFS
 
     fs = HadoopFS(spark, inputs[0])
     return [f for p in inputs for f in fs.data_files(p)]

@@ -19,70 +19,12 @@ from pyspark.sql import SparkSession
 
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.options import check_ds
+from recshard_stats.spark_io import HadoopFS
 from recshard_stats.profiler import ProfileResult
 from recshard_stats.schemas import SMALL_TABLES, StatsMetadata, spark_schema
 from recshard_stats.typed_json import to_plain
 
 log = logging.getLogger(__name__)
-
-
-class HadoopFS:
-    """The few filesystem calls the job needs, through Spark's own Hadoop client (local, HDFS, S3...)."""
-
-    def __init__(self, spark: SparkSession, uri: str):
-        jvm = spark.sparkContext._jvm
-        self._jvm = jvm
-        self._path = jvm.org.apache.hadoop.fs.Path
-        self.fs = self._path(uri).getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-
-    def path(self, uri: str):
-        return self._path(uri)
-
-    def exists(self, uri: str) -> bool:
-        return self.fs.exists(self.path(uri))
-
-    def data_files(self, uri: str):
-        """The file, or the files at any depth under the directory, that are not hidden or markers
-        (as Spark's readers see them), as qualified URIs; lazily."""
-        files = self.fs.listFiles(self.path(uri), True)
-        while files.hasNext():
-            path = files.next().getPath()
-            if not path.getName().startswith((".", "_")):
-                yield path.toString()
-
-    def has_data_files(self, uri: str) -> bool:
-        return next(self.data_files(uri), None) is not None
-
-    def write_text(self, uri: str, text: str) -> None:
-        stream = self.fs.create(self.path(uri), True)
-        try:
-            stream.write(bytearray(text.encode("utf-8")))
-        finally:
-            stream.close()
-
-    def rename(self, src: str, dst: str) -> None:
-        if not self.fs.rename(self.path(src), self.path(dst)):
-            raise OSError(f"could not rename {src} to {dst}")
-
-    def delete(self, uri: str) -> None:
-        self.fs.delete(self.path(uri), True)
-
-    def create_exclusive(self, uri: str, text: str) -> bool:
-        """Create a file only if it does not exist (atomic on HDFS and local disks)."""
-        try:
-            stream = self.fs.create(self.path(uri), False)
-        except Exception as exc:  # Py4J wraps Hadoop's FileAlreadyExistsException
-            if "FileAlreadyExists" in str(exc) or "already exists" in str(exc):
-                return False
-            raise
-        try:
-            stream.write(bytearray(text.encode("utf-8")))
-        finally:
-            stream.close()
-        return True
-
-    def age_seconds(self, uri: str) -> float:
-        return time.time() - self.fs.getFileStatus(self.path(uri)).getModificationTime() / 1000
 
 
 @contextlib.contextmanager

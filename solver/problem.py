@@ -9,9 +9,9 @@ import numpy as np
 
 from recshard_stats.config import HardwareConfig, ModelConfig
 from recshard_stats.costmodel import table_seconds
+from recshard_stats.distributions import CountOfCounts
 from recshard_stats.errors import Reason, RecShardError, fmt_bytes
 from recshard_stats.stats_reader import StatsPartition
-from recshard_stats.distributions import CountOfCounts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +88,6 @@ class TableDemand:
 class Problem:
     tables: tuple[TableDemand, ...]
     hardware: HardwareConfig
-    stats_digest: str = ""
 
     @property
     def num_gpus(self) -> int:
@@ -151,7 +150,7 @@ def build_problem(stats: StatsPartition, model: ModelConfig, hardware: HardwareC
             coc=stats.count_of_counts("table", table.name), pooling_factor=pooling,
             coverage=max(features[f]["coverage"] for f in table.features),
             feature_pooling=tuple(features[f]["pf_mean"] for f in table.features)))
-    return Problem(tuple(tables), hardware, stats.metadata.model_digest)
+    return Problem(tuple(tables), hardware)
 
 
 def breakpoints(table: TableDemand, num: int) -> tuple[np.ndarray, np.ndarray]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 
+from recshard_stats.options import SolveOptions
 from recshard_stats.solver.baselines import all_baselines
 from recshard_stats.solver.heuristic import balanced_plan
-from recshard_stats.options import SolveOptions
 from recshard_stats.solver.milp import MilpResult, solve_milp
 from recshard_stats.solver.plan import Plan, PlanCost, cost_plan, violations
 from recshard_stats.solver.problem import Problem
@@ -18,11 +18,11 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-    best: PlanCost                  # the plan to ship
-    source: str                       # "milp" or "warm_start" (the MILP did not beat its start)
+    best: PlanCost              # the plan to ship
+    source: str                 # "milp" or "warm_start" (the MILP did not beat its start)
     milp: MilpResult
     baselines: tuple[PlanCost, ...]
-    lower_bound: float                # seconds per batch
+    lower_bound: float          # seconds per batch
 
     @property
     def gap(self) -> float:

@@ -140,3 +140,15 @@ def test_input_errors_from_the_cli(case, spark, tmp_path, capsys):
     assert_one_line_error(rc, stderr, reason)
     assert detail in stderr
     assert not (tmp_path / "stats" / "ds=2026-12-01").exists()
+
+
+@pytest.mark.parametrize("ds", ["../../../victim", "2026-13-45", ""])
+def test_a_run_key_that_is_not_a_date_touches_nothing(ds, tmp_path, capsys):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("mine")
+    out = tmp_path / "a" / "b" / "stats"
+    rc = cli.main(["profile", "--model", str(write_yaml(tmp_path / "m.yaml", MODEL)), "--input", str(tmp_path),
+                   "--out", str(out), "--ds", ds])
+    assert_one_line_error(rc, capsys.readouterr().err, f"ds {ds!r} is not a date of the form YYYY-MM-DD")
+    assert (victim / "keep.txt").read_text() == "mine" and not (tmp_path / "a").exists()

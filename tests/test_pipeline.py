@@ -57,37 +57,37 @@ def pipeline(spark, tmp_path_factory):
 
 
 def test_manifest_matches_json_schema_and_capacities(pipeline):
-    data = json.loads(pipeline["manifest"].read_text())
-    jsonschema.validate(data, json.loads(SCHEMA_PATH.read_text()))
-    assert data["plan"]["solver"] == "cbc" and data["plan"]["gap"] >= -1e-9
-    for gpu in data["gpus"]:
-        assert gpu["hbm_bytes_used"] <= gpu["hbm_bytes_capacity"] == 600_000
-    for t in data["tables"]:
-        assert t["remap"]["path"] == f"remap/{t['name']}.parquet" and t["remap"]["rows"] == t["unique_rows"]
-    assert {b["name"] for b in data["plan"]["baselines"]} == {"greedy_size", "greedy_lookup", "greedy_size_lookup"}
-    assert all(b["max_cost_ms"] >= data["plan"]["objective_ms"] * (1 - 1e-9) for b in data["plan"]["baselines"])
+    jsonschema.validate(json.loads(pipeline["manifest"].read_text()), json.loads(SCHEMA_PATH.read_text()))
+    manifest = load_manifest(pipeline["manifest"]).manifest
+    assert manifest.plan.solver == "cbc" and manifest.plan.gap >= -1e-9
+    for gpu in manifest.gpus:
+        assert gpu.hbm_bytes_used <= gpu.hbm_bytes_capacity == 600_000
+    for t in manifest.tables:
+        assert t.remap.path == f"remap/{t.name}.parquet" and t.remap.rows == t.unique_rows
+    assert {b.name for b in manifest.plan.baselines} == {"greedy_size", "greedy_lookup", "greedy_size_lookup"}
+    assert all(b.max_cost_ms >= manifest.plan.objective_ms * (1 - 1e-9) for b in manifest.plan.baselines)
     # capacity-constrained: not everything fits
-    assert sum(t["rows_uvm"] for t in data["tables"]) > 0
+    assert sum(t.rows_uvm for t in manifest.tables) > 0
 
 
 @pytest.mark.parametrize("solver", ["glpk", "cbc"])
 def test_solve_with_each_required_solver(pipeline, solver, tmp_path):
     path = solve_to_manifest(pipeline["stats"], pipeline["spec"], pipeline["hw"], tmp_path,
                              options=SolveOptions(solver=solver, time_limit_s=20))
-    data = json.loads(path.read_text())
-    jsonschema.validate(data, json.loads(SCHEMA_PATH.read_text()))
-    assert data["plan"]["solver"] == solver and data["plan"]["gap"] < 0.05
+    jsonschema.validate(json.loads(path.read_text()), json.loads(SCHEMA_PATH.read_text()))
+    manifest = load_manifest(path).manifest
+    assert manifest.plan.solver == solver and manifest.plan.gap < 0.05
     torchrec = json.loads((path.parent / "torchrec_plan.json").read_text())
-    for t in data["tables"]:
-        exported = torchrec["tables"][t["name"]]
-        assert exported["ranks"] == [t["gpu"]]
-        if t["rows_hbm"] == t["hash_size"]:
+    for t in manifest.tables:
+        exported = torchrec["tables"][t.name]
+        assert exported["ranks"] == [t.gpu]
+        if t.rows_hbm == t.hash_size:
             assert exported["compute_kernel"] == "fused" and exported["cache_load_factor"] is None
-        elif t["rows_hbm"] == 0:  # a cache with no rows is no cache: TorchRec refuses load factor 0
+        elif t.rows_hbm == 0:  # a cache with no rows is no cache: TorchRec refuses load factor 0
             assert exported["compute_kernel"] == "fused_uvm" and exported["cache_load_factor"] is None
         else:
             assert exported["compute_kernel"] == "fused_uvm_caching"
-            assert exported["cache_load_factor"] == pytest.approx(t["rows_hbm"] / t["hash_size"])
+            assert exported["cache_load_factor"] == pytest.approx(t.rows_hbm / t.hash_size)
 
 
 def test_loader_maps_ids_like_an_independent_computation(pipeline):

@@ -254,8 +254,8 @@ def test_publish_lock_is_taken_over_when_stale_and_waited_for_when_fresh(spark, 
     import os
     import time
 
-    from recshard_stats.spark_io import local_uri
-    from recshard_stats.stats_output import HadoopFS, publish_lock
+    from recshard_stats.spark_io import HadoopFS, local_uri
+    from recshard_stats.stats_output import publish_lock
 
     out = local_uri(tmp_path)
     fs = HadoopFS(spark, out)

@@ -3,7 +3,6 @@ scripts/setup.sh): the static split computes exactly what the unsplit tables do,
 backward and over SGD steps, and its ShardingPlan is accepted by TorchRec."""
 
 import dataclasses
-import json
 
 import numpy as np
 import pyarrow as pa
@@ -15,7 +14,8 @@ torchrec = pytest.importorskip("torchrec", reason="torchrec is not installed (sc
 
 from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor, PoolingType  # noqa: E402
 
-from recshard_stats.manifest import GpuPlacement, Manifest, RemapFile, load_manifest, sha256_data  # noqa: E402
+from recshard_stats.manifest import (GpuPlacement, Manifest, ManifestFile, RemapFile, load_manifest,  # noqa: E402
+                                     sha256_data)
 from recshard_stats.torchrec import (FUSED, FUSED_UVM, StaticSplitEmbeddingBagCollection, sharding_plan,  # noqa: E402
                                      split_parts, split_state_dict, unsplit_state_dict)
 from tests.conftest import ROOT  # noqa: E402
@@ -28,7 +28,7 @@ TABLES = [("a", ("fa",), 0, 50, 8, 20, 30),          # both tiers, seen rows in 
           ("e", ("fe",), 1, 20, 4, 5, 0)]            # never seen: the remap is empty
 
 
-def _manifest_dir(tmp_path) -> "ManifestFile":  # noqa: F821
+def _manifest_dir(tmp_path) -> ManifestFile:
     """A manifest of the tables above (from a real one, resized) with random remaps on disk."""
     base = Manifest.from_json((ROOT / "tests" / "data" / "manifest_v1_2b2c487.json").read_text())
     rng = np.random.default_rng(0)
