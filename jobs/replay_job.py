@@ -1,6 +1,7 @@
-"""Replay held-out logs through a manifest
+"""Replay held-out logs through a manifest: measured HBM/UVM accesses and per-batch cost of
+each plan beside the prediction.
 
-     measured HBM/UVM accesses and per-batch cost of each plan.:spark-submit jobs/replay_job.py --manifest manifests/ds=2026-12-01 --logs logs/ds=2026-12-02
+    spark-submit jobs/replay_job.py --manifest manifests/ds=2026-12-01 --logs logs/ds=2026-12-02
 
 The same as ``recshard evaluate`` (see ``--help``): the work is in :mod:`recshard_stats.stages`.
 """

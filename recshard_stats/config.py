@@ -15,6 +15,7 @@ Every problem is reported with the file, the entry and what would be valid.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import json
 import pathlib
@@ -30,6 +31,14 @@ HASH_FUNCTIONS = ("mod", "xxhash64")
 INPUT_FORMATS = ("parquet", "criteo_tsv")
 CRITEO_DENSE = tuple(f"I{i}" for i in range(1, 14))
 CRITEO_SPARSE = tuple(f"C{i}" for i in range(1, 27))
+MAX_HASH_SIZE = 2 ** 63 - 1  # rows are int64 in Spark, the remap and the loader
+MODEL_KEYS = ("name", "input", "features", "tables")
+INPUT_KEYS = ("format",)
+FEATURE_KEYS = ("name", "type", "synthetic")
+TABLE_KEYS = ("name", "features", "feature", "hash_size", "dim", "hash")
+HARDWARE_KEYS = ("num_gpus", "hbm_per_gpu_gib", "hbm_per_gpu_bytes", "hbm_reserved_fraction", "hbm_reserved_gib",
+                 "hbm_reserved_bytes", "host_gib", "host_bytes", "hbm_bandwidth_gbps", "uvm_bandwidth_gbps",
+                 "batch_size", "bytes_per_element", "optimizer_state_multiplier")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,10 +133,22 @@ def _fail(where: str, message: str, *fixes: str) -> RecShardError:
     return RecShardError(Reason.CONFIG_INVALID, f"{where}: {message}", fixes=fixes)
 
 
-def _positive_int(where: str, entry: dict, key: str) -> int:
+def _check_keys(where: str, entry: dict, allowed: tuple[str, ...]) -> None:
+    """An unknown key is an error naming it and the closest valid one (a typo must not fall back
+    to a default silently)."""
+    for key in entry:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            raise _fail(where, f"unknown key {key!r}" + (f"; did you mean {close[0]!r}?" if close else ""),
+                        f"valid keys: {', '.join(allowed)}")
+
+
+def _positive_int(where: str, entry: dict, key: str, maximum: int | None = None) -> int:
     value = entry.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise _fail(where, f"{key} must be a positive integer, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise _fail(where, f"{key} {value} is above the largest supported, {maximum} (2^63 - 1)")
     return value
 
 
@@ -139,6 +160,10 @@ def _positive_number(where: str, entry: dict, key: str, default: float | None = 
 
 
 def parse_model_config(data: dict, source: str = "model config") -> ModelConfig:
+    _check_keys(source, data, MODEL_KEYS)
+    if not isinstance(data.get("input") or {}, dict):
+        raise _fail(source, "'input' must be a mapping such as {format: criteo_tsv}")
+    _check_keys(f"{source}: input", data.get("input") or {}, INPUT_KEYS)
     fmt = (data.get("input") or {}).get("format", "parquet")
     if fmt not in INPUT_FORMATS:
         raise _fail(source, f"input.format {fmt!r} is not supported", f"use one of {INPUT_FORMATS}")
@@ -150,6 +175,7 @@ def parse_model_config(data: dict, source: str = "model config") -> ModelConfig:
         where = f"{source}: features[{i}]"
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"]:
             raise _fail(where, "each feature needs a string 'name'")
+        _check_keys(f"{source}: feature {entry['name']!r}", entry, FEATURE_KEYS)
         if entry.get("type") not in FEATURE_TYPES:
             raise _fail(where, f"feature {entry['name']!r} has type {entry.get('type')!r}",
                         f"use one of {FEATURE_TYPES}")
@@ -173,6 +199,7 @@ def parse_model_config(data: dict, source: str = "model config") -> ModelConfig:
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise _fail(where, "each table needs a string 'name'")
         where = f"{source}: table {entry['name']!r}"
+        _check_keys(where, entry, TABLE_KEYS)
         feats = entry.get("features", entry.get("feature"))
         feats = [feats] if isinstance(feats, str) else feats
         if not isinstance(feats, list) or not feats:
@@ -189,7 +216,7 @@ def parse_model_config(data: dict, source: str = "model config") -> ModelConfig:
         strings = [f for f in feats if ftype[f] == "string"]
         if strings and hash_fn != "xxhash64":
             raise _fail(where, f"string features {strings} need hash: xxhash64")
-        tables.append(TableConfig(entry["name"], tuple(feats), _positive_int(where, entry, "hash_size"),
+        tables.append(TableConfig(entry["name"], tuple(feats), _positive_int(where, entry, "hash_size", MAX_HASH_SIZE),
                                   _positive_int(where, entry, "dim"), hash_fn))
     tnames = [t.name for t in tables]
     if len(set(tnames)) != len(tnames):
@@ -208,6 +235,7 @@ def load_model_config(path: str | pathlib.Path) -> ModelConfig:
 
 def parse_hardware_config(data: dict, source: str = "hardware config") -> HardwareConfig:
     """Sizes in GiB (``*_gib``) or bytes; bandwidths in GB/s (``*_gbps``, 1e9 bytes/s)."""
+    _check_keys(source, data, HARDWARE_KEYS)
     def size(key: str) -> int:
         if f"{key}_gib" in data:
             return int(_positive_number(source, data, f"{key}_gib") * GIB)
@@ -230,7 +258,8 @@ def parse_hardware_config(data: dict, source: str = "hardware config") -> Hardwa
     hbm_bw = _positive_number(source, data, "hbm_bandwidth_gbps", 897.0) * 1e9
     uvm_bw = _positive_number(source, data, "uvm_bandwidth_gbps", 32.0) * 1e9
     if uvm_bw >= hbm_bw:
-        raise _fail(source, f"uvm_bandwidth_gbps ({uvm_bw / 1e9:g}) must be below hbm_bandwidth_gbps ({hbm_bw / 1e9:g})")
+        raise _fail(source, f"uvm_bandwidth_gbps ({uvm_bw / 1e9:g}) must be below hbm_bandwidth_gbps "
+                    f"({hbm_bw / 1e9:g})")
     return HardwareConfig(
         num_gpus=_positive_int(source, data, "num_gpus"),
         hbm_bytes_per_gpu=hbm,

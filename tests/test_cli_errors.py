@@ -55,6 +55,14 @@ CONFIG_ERRORS = {
         "hbm_reserved_gib": 2}, "HBM per GPU (1 GiB) is not larger than the reserve kept for activations (2 GiB)"),
     "reserve fraction": (MODEL, HARDWARE | {"hbm_reserved_fraction": 1.0},
                          "hbm_reserved_fraction must be in [0, 1), got 1.0"),
+    "misspelt table key": (changed(MODEL, ("tables", 0, "hash_fn"), "xxhash64"), HARDWARE,
+                           "table 't1': unknown key 'hash_fn'; did you mean 'hash'?"),
+    "misspelt top-level key": ({("inputs" if k == "input" else k): v for k, v in MODEL.items()}, HARDWARE,
+                               "unknown key 'inputs'; did you mean 'input'?"),
+    "misspelt hardware key": (MODEL, HARDWARE | {"batch_sise": 128}, "unknown key 'batch_sise'; did you mean "
+                                                                      "'batch_size'?"),
+    "hash_size too large": (changed(MODEL, ("tables", 0, "hash_size"), 2 ** 63), HARDWARE,
+                            "hash_size 9223372036854775808 is above the largest supported"),
 }
 
 

@@ -40,8 +40,9 @@ def _manifest_dir(tmp_path) -> ManifestFile:
         seen = rng.choice(hash_size, unique, replace=False)
         part = directory / "remap" / f"{name}.parquet"
         part.mkdir()
-        pq.write_table(pa.table({"row": pa.array(seen, pa.int64()), "index": pa.array(rng.permutation(unique), pa.int64()),
-                                 "access_count": pa.array(np.ones(unique), pa.int64())}), part / "part-0.parquet")
+        remap = {"row": pa.array(seen, pa.int64()), "index": pa.array(rng.permutation(unique), pa.int64()),
+                 "access_count": pa.array(np.ones(unique), pa.int64())}
+        pq.write_table(pa.table(remap), part / "part-0.parquet")
         tables.append(dataclasses.replace(
             template, name=name, features=features, gpu=gpu, hash_size=hash_size, dim=dim, rows_hbm=rows_hbm,
             rows_uvm=hash_size - rows_hbm, unique_rows=unique, unused_rows=hash_size - unique,
