@@ -125,7 +125,7 @@ def _report(args) -> None:
 def _validate(args) -> None:
     from recshard_stats.manifest import load_manifest
 
-    loaded = load_manifest(args.manifest, args.model, require_remap=True)
+    loaded = load_manifest(args.manifest, args.model, require_remap=True, require_checksum=True)
     plan = loaded.manifest.plan
     print(f"{loaded.path}: valid; {len(loaded.tables)} tables on {loaded.num_gpus} GPUs, "
           f"{plan.objective_ms:.4f} ms/batch, gap {plan.gap:.2%}, solver {plan.solver} ({plan.status})")

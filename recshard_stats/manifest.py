@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import pathlib
 
@@ -40,9 +41,11 @@ from recshard_stats.typed_json import DecodeError, from_plain, to_plain
 
 SCHEMA_VERSION = "1"
 MANIFEST_NAME = "manifest.json"
+CHECKSUM_SUFFIX = ".sha256"  # manifest.json.sha256 beside it: its own SHA-256, checked on load
 LATEST_NAME = "latest.json"
 HBM, UVM = 0, 1
 KIND = "recshard-manifest"
+log = logging.getLogger(__name__)
 SCHEMA_PATH = pathlib.Path(__file__).with_name("manifest.schema.json")
 
 
@@ -240,7 +243,11 @@ class Manifest:
                                 context=exc.context) from None
 
 
+_EPS = 1e-9
+
+
 def _check_consistency(m: Manifest) -> None:
+    """Everything a manifest's numbers must agree on; the first disagreement is the error."""
     if m.kind != KIND or m.schema_version != SCHEMA_VERSION:
         raise _invalid(f"kind/schema_version {m.kind!r}/{m.schema_version!r}, expected {KIND!r}/{SCHEMA_VERSION!r}")
     if not m.tables or not m.gpus:
@@ -249,20 +256,85 @@ def _check_consistency(m: Manifest) -> None:
     if len(set(names)) != len(names):
         raise _invalid(f"table names must be unique: {sorted({n for n in names if names.count(n) > 1})}")
     for t in m.tables:
-        where = f"table {t.name!r}"
-        counts = {k: getattr(t, k) for k in ("gpu", "hash_size", "dim", "rows_hbm", "rows_uvm", "unique_rows",
-                                              "unused_rows", "unseen_hbm_below_row")}
-        negative = [k for k, v in counts.items() if v < 0]
-        if negative:
-            raise _invalid(f"{where}: {negative} must be non-negative")
-        if not t.features:
-            raise _invalid(f"{where}: features must not be empty")
-        if t.gpu >= m.num_gpus:
-            raise _invalid(f"{where} is on GPU {t.gpu}, the plan has {m.num_gpus}")
-        if t.rows_hbm + t.rows_uvm != t.hash_size:
-            raise _invalid(f"{where}: rows_hbm {t.rows_hbm} + rows_uvm {t.rows_uvm} != hash_size {t.hash_size}")
-        if t.unique_rows > t.hash_size:
-            raise _invalid(f"{where}: unique_rows {t.unique_rows} exceeds hash_size {t.hash_size}")
+        _check_table(t, m.num_gpus)
+    _check_gpus(m)
+    _check_plan(m)
+
+
+def _fraction(where: str, name: str, value: float) -> None:
+    if not -_EPS <= value <= 1 + _EPS:
+        raise _invalid(f"{where}: {name} {value} is not a fraction in [0, 1]")
+
+
+def _non_negative(where: str, **values: float) -> None:
+    negative = {k: v for k, v in values.items() if v < 0}
+    if negative:
+        raise _invalid(f"{where}: {negative} must be non-negative")
+
+
+def _check_table(t: TablePlacement, num_gpus: int) -> None:
+    where = f"table {t.name!r}"
+    _non_negative(where, gpu=t.gpu, hash_size=t.hash_size, dim=t.dim, rows_hbm=t.rows_hbm, rows_uvm=t.rows_uvm,
+                  unique_rows=t.unique_rows, unused_rows=t.unused_rows, unseen_hbm_below_row=t.unseen_hbm_below_row,
+                  predicted_cost_ms=t.predicted_cost_ms, accesses_per_batch=t.accesses_per_batch,
+                  pooling_factor=t.pooling_factor, row_bytes=t.row_bytes)
+    _fraction(where, "predicted_hbm_access_fraction", t.predicted_hbm_access_fraction)
+    _fraction(where, "coverage", t.coverage)
+    if not t.features or len(t.feature_pooling) != len(t.features):
+        raise _invalid(f"{where}: needs features and one pooling factor per feature")
+    if t.gpu >= num_gpus:
+        raise _invalid(f"{where} is on GPU {t.gpu}, the plan has {num_gpus}")
+    if t.rows_hbm + t.rows_uvm != t.hash_size:
+        raise _invalid(f"{where}: rows_hbm {t.rows_hbm} + rows_uvm {t.rows_uvm} != hash_size {t.hash_size}")
+    if t.unique_rows > t.hash_size or t.unused_rows != t.hash_size - t.unique_rows:
+        raise _invalid(f"{where}: unique_rows {t.unique_rows} and unused_rows {t.unused_rows} do not add up to "
+                       f"hash_size {t.hash_size}")
+    if t.remap is not None:
+        if t.remap.path != f"remap/{t.name}.parquet":
+            raise _invalid(f"{where}: its remap file is {t.remap.path!r}, not remap/{t.name}.parquet")
+        if t.remap.rows != t.unique_rows:
+            raise _invalid(f"{where}: its remap holds {t.remap.rows} rows, unique_rows is {t.unique_rows}")
+
+
+def _check_gpus(m: Manifest) -> None:
+    for rank, g in enumerate(m.gpus):
+        where = f"GPU {g.rank}"
+        if g.rank != rank:
+            raise _invalid(f"gpus[{rank}] has rank {g.rank}: ranks must be 0..{m.num_gpus - 1} in order")
+        _non_negative(where, hbm_bytes_used=g.hbm_bytes_used, hbm_bytes_capacity=g.hbm_bytes_capacity,
+                      predicted_cost_ms=g.predicted_cost_ms)
+        mine = m.tables_on(rank)
+        if sorted(g.tables) != sorted(t.name for t in mine):
+            raise _invalid(f"{where} lists tables {sorted(g.tables)}, the tables placed on it are "
+                           f"{sorted(t.name for t in mine)}")
+        used = sum(t.rows_hbm * t.row_bytes for t in mine)
+        if abs(g.hbm_bytes_used - used) > 1 + _EPS * used:
+            raise _invalid(f"{where}: hbm_bytes_used {g.hbm_bytes_used}, its tables' HBM rows take {used:.0f}")
+        if g.hbm_bytes_used > g.hbm_bytes_capacity:
+            raise _invalid(f"{where} uses {g.hbm_bytes_used} bytes of HBM, more than its {g.hbm_bytes_capacity}")
+        cost = sum(t.predicted_cost_ms for t in mine)
+        if abs(g.predicted_cost_ms - cost) > _EPS * max(cost, 1e-12) + 1e-12:
+            raise _invalid(f"{where}: predicted_cost_ms {g.predicted_cost_ms}, its tables add up to {cost}")
+
+
+def _check_plan(m: Manifest) -> None:
+    plan = m.plan
+    _non_negative("plan", objective_ms=plan.objective_ms, lower_bound_ms=plan.lower_bound_ms,
+                  solve_seconds=plan.solve_seconds)
+    _fraction("plan", "uvm_access_fraction", plan.uvm_access_fraction)
+    slowest = max(g.predicted_cost_ms for g in m.gpus)
+    if abs(plan.objective_ms - slowest) > _EPS * max(slowest, 1e-12) + 1e-12:
+        raise _invalid(f"plan: objective_ms {plan.objective_ms} is not the slowest GPU's cost {slowest}")
+    if plan.imbalance < 1 - _EPS:
+        raise _invalid(f"plan: imbalance {plan.imbalance} is below 1")
+    for b in plan.baselines:
+        where = f"baseline {b.name!r}"
+        _non_negative(where, max_cost_ms=b.max_cost_ms)
+        _fraction(where, "uvm_access_fraction", b.uvm_access_fraction)
+        if not len(b.gpu) == len(b.rows_hbm) == len(m.tables) or len(b.gpu_cost_ms) != m.num_gpus \
+                or any(not 0 <= g < m.num_gpus for g in b.gpu):
+            raise _invalid(f"{where}: needs a GPU below {m.num_gpus} and HBM rows for each of the "
+                           f"{len(m.tables)} tables, and a cost per GPU")
 
 
 def complete_with_remaps(manifest: Manifest, remaps: dict[str, tuple[RemapFile, int]]) -> Manifest:
@@ -382,9 +454,31 @@ def _check_model(loaded: ManifestFile, model) -> None:
                             fixes=("re-run the solver with this model config", "load the matching manifest"))
 
 
+def checksum_path(path: pathlib.Path) -> pathlib.Path:
+    return path.with_name(path.name + CHECKSUM_SUFFIX)
+
+
+def _check_own_checksum(path: pathlib.Path, required: bool) -> None:
+    sidecar = checksum_path(path)
+    if not sidecar.is_file():
+        if required:
+            raise _invalid(f"{sidecar.name} is missing, so edits to the manifest cannot be detected",
+                           "regenerate the manifest with `recshard solve` / `recshard remap`", path=path)
+        log.warning("%s has no %s beside it: edits cannot be detected", path, sidecar.name)
+        return
+    recorded, actual = sidecar.read_text().strip(), sha256_file(path)
+    if recorded != actual:
+        raise RecShardError(Reason.MANIFEST_INVALID,
+                            f"{path} changed after it was written (its SHA-256 is {actual[:19]}..., "
+                            f"{sidecar.name} says {recorded[:19]}...)",
+                            fixes=("do not edit a manifest by hand: re-run `recshard solve` (and `recshard remap`)",))
+
+
 def load_manifest(path: str | os.PathLike, model=None, *, verify_checksums: bool = True,
-                  require_remap: bool = False) -> ManifestFile:
-    """Read and validate a manifest (a ``manifest.json`` or the directory holding it).
+                  require_remap: bool = False, require_checksum: bool = False) -> ManifestFile:
+    """Read and validate a manifest (a ``manifest.json`` or the directory holding it): its types,
+    the consistency of its numbers, its own SHA-256 (``manifest.json.sha256``, required with
+    ``require_checksum``) and, with ``verify_checksums``, every remap file's.
 
     ``model``: a :class:`~recshard_stats.config.ModelConfig` or a config path; when given, its
     tables must match the manifest's (names, features, hash sizes, dims, hash functions).
@@ -400,6 +494,7 @@ def load_manifest(path: str | os.PathLike, model=None, *, verify_checksums: bool
     except UnicodeDecodeError as exc:
         raise _invalid(f"not valid UTF-8 ({exc})", path=path) from None
     loaded = ManifestFile(path, Manifest.from_json(text, source=str(path)))
+    _check_own_checksum(path, require_checksum)
     if require_remap:
         lacking = [t.name for t in loaded.manifest.tables if t.remap is None]
         if lacking:
@@ -423,10 +518,14 @@ def load_manifest(path: str | os.PathLike, model=None, *, verify_checksums: bool
 
 
 def write_manifest(path: str | os.PathLike, manifest: Manifest) -> pathlib.Path:
-    """Write atomically (temp file + rename); the manifest was checked when it was built."""
+    """Write atomically (temp file + rename), then its SHA-256 beside it; the manifest was checked
+    when it was built."""
     from recshard_stats.atomic import write_text_atomic
 
-    return write_text_atomic(path, manifest.to_json())
+    text = manifest.to_json()
+    path = write_text_atomic(path, text)
+    write_text_atomic(checksum_path(path), "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest() + "\n")
+    return path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -443,7 +542,7 @@ def publish_latest(root: str | os.PathLike, manifest_path: str | os.PathLike, mo
     from recshard_stats.atomic import write_text_atomic
 
     root = pathlib.Path(root)
-    loaded = load_manifest(manifest_path, model, require_remap=True)
+    loaded = load_manifest(manifest_path, model, require_remap=True, require_checksum=True)
     relative = os.path.relpath(loaded.path.resolve(), root.resolve())
     safe_relative(root, relative)
     pointer = LatestPointer(manifest=pathlib.PurePath(relative).as_posix(), ds=loaded.manifest.ds,
@@ -464,4 +563,4 @@ def load_latest(root: str | os.PathLike, model=None) -> ManifestFile:
     path = safe_relative(root, pointer.manifest)
     if not path.is_file() or sha256_file(path) != pointer.sha256:
         raise _invalid(f"{pointer.manifest} changed after it was published", path=pointer_path)
-    return load_manifest(path, model, require_remap=True)
+    return load_manifest(path, model, require_remap=True, require_checksum=True)

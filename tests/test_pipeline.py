@@ -144,7 +144,8 @@ def _copy(pipeline, tmp_path):
 def test_loader_rejects_tampering_and_mismatches(pipeline, tmp_path):
     target = _copy(pipeline, tmp_path)
     path = target / "manifest.json"
-    data = json.loads(path.read_text())
+    text = path.read_text()
+    data = json.loads(text)
 
     part = next((target / "remap" / "t_user.parquet").glob("*.parquet"))
     original = part.read_bytes()
@@ -154,7 +155,8 @@ def test_loader_rejects_tampering_and_mismatches(pipeline, tmp_path):
     part.write_bytes(original)
     load_manifest(path)
 
-    for bad, message in (("../outside.parquet", "without '..'"), ("/etc/passwd", "must be relative")):
+    for bad, message in (("../outside.parquet", "its remap file is '../outside.parquet', not remap/t_user.parquet"),
+                         ("/etc/passwd", "its remap file is '/etc/passwd'")):
         tampered = json.loads(json.dumps(data))
         tampered["tables"][0]["remap"]["path"] = bad
         path.write_text(json.dumps(tampered))
@@ -167,7 +169,7 @@ def test_loader_rejects_tampering_and_mismatches(pipeline, tmp_path):
     with pytest.raises(RecShardError, match="schema_version '2'; this loader reads '1'"):
         load_manifest(path)
 
-    path.write_text(json.dumps(data))
+    path.write_text(text)  # as written, so its checksum beside it matches again
     other = dict(SPEC, tables=[dict(t) for t in SPEC["tables"]])
     other["tables"][0]["hash_size"] = 999
     with pytest.raises(RecShardError) as err:
@@ -250,3 +252,56 @@ def test_criteo_split_in_two_replays_as_predicted(spark, criteo_tsv, tmp_path):
     assert recshard["uvm_access_fraction"] == pytest.approx(uvm / total, abs=1e-12)
     assert 0.05 < recshard["uvm_access_fraction"] < 0.95  # the HBM given is really short
     assert abs(recshard["uvm_access_fraction"] - recshard["predicted_uvm_access_fraction"]) < 0.05
+
+
+def _edited(data: dict, edit: str) -> dict:
+    data = json.loads(json.dumps(data))
+    tables = data["tables"]
+    if edit == "unique_rows":
+        tables[0]["unique_rows"] += 1
+    elif edit == "objective":
+        data["plan"]["objective_ms"] = -1
+    elif edit == "swapped remaps":
+        tables[0]["remap"], tables[1]["remap"] = tables[1]["remap"], tables[0]["remap"]
+    elif edit == "hbm over capacity":
+        t = next(t for t in tables if t["rows_uvm"] > 0)
+        t["rows_hbm"], t["rows_uvm"] = t["hash_size"], 0
+    elif edit == "gpu contradicts gpus":
+        tables[0]["gpu"] = 1 - tables[0]["gpu"]
+    return data
+
+
+EDITS = {"unique_rows": "do not add up to hash_size", "objective": "'objective_ms': -1",
+         "swapped remaps": "its remap file is 'remap/t_query.parquet', not remap/t_user.parquet",
+         "hbm over capacity": "hbm_bytes_used", "gpu contradicts gpus": "lists tables"}
+
+
+@pytest.mark.parametrize("edit", EDITS)
+def test_an_edited_manifest_is_refused_by_the_loader_validate_and_publish(pipeline, edit, tmp_path, capsys):
+    from recshard_stats import cli
+    from recshard_stats.manifest import checksum_path, sha256_file
+
+    target = _copy(pipeline, tmp_path)
+    path = target / "manifest.json"
+    path.write_text(json.dumps(_edited(json.loads(path.read_text()), edit), indent=2))
+    for forged in (False, True):  # the checksum beside it left as it was, then forged to match
+        if forged:
+            checksum_path(path).write_text(sha256_file(path) + "\n")
+        expected = EDITS[edit] if forged else "changed after it was written|" + EDITS[edit]
+        with pytest.raises(RecShardError, match=expected.replace("(", r"\(").replace("[", r"\[")):
+            load_manifest(path)
+        for command in (["validate", "--manifest", str(target)], ["publish", "--manifest", str(target),
+                                                                  "--root", str(tmp_path)]):
+            assert cli.main(command) == 2
+            assert "[manifest_invalid]" in capsys.readouterr().err
+    assert not (tmp_path / "latest.json").exists()
+
+
+def test_publish_needs_the_manifests_own_checksum(pipeline, tmp_path):
+    from recshard_stats.manifest import checksum_path
+
+    target = _copy(pipeline, tmp_path)
+    checksum_path(target / "manifest.json").unlink()
+    load_manifest(target)  # a trainer may still read it (with a warning)
+    with pytest.raises(RecShardError, match="manifest.json.sha256 is missing"):
+        publish_latest(tmp_path, target / "manifest.json")

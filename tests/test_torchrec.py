@@ -48,8 +48,11 @@ def _manifest_dir(tmp_path) -> ManifestFile:
             rows_uvm=hash_size - rows_hbm, unique_rows=unique, unused_rows=hash_size - unique,
             feature_pooling=(1.0,) * len(features),
             remap=RemapFile(f"remap/{name}.parquet", sha256_data(part), unique)))
-    gpus = tuple(GpuPlacement(g, tuple(t.name for t in tables if t.gpu == g), 0, 10**6, 0.0) for g in range(2))
-    manifest = dataclasses.replace(base, tables=tuple(tables), gpus=gpus)
+    gpus = tuple(GpuPlacement(g, tuple(t.name for t in tables if t.gpu == g),
+                              int(sum(t.rows_hbm * t.row_bytes for t in tables if t.gpu == g)), 10**6,
+                              sum(t.predicted_cost_ms for t in tables if t.gpu == g)) for g in range(2))
+    plan = dataclasses.replace(base.plan, objective_ms=max(g.predicted_cost_ms for g in gpus), baselines=())
+    manifest = dataclasses.replace(base, tables=tuple(tables), gpus=gpus, plan=plan)
     (directory / "manifest.json").write_text(manifest.to_json())
     return load_manifest(directory)
 
