@@ -10,6 +10,15 @@ and a random traffic multiplier (0.2..5x); per-GPU HBM sized so that all table b
 plan's gap to the lower bound, and for every plan (RecShard and the greedy baselines) the
 slowest GPU's cost relative to RecShard's (the throughput gain), load imbalance (max/mean
 GPU cost) and the share of accesses served from UVM.
+
+With torchrec installed, TorchRec's own planner plans the same instance too (as it comes, and fed
+the profile's statistics; see ``recshard_stats.torchrec.torchrec_baselines``): its plans are costed
+in our model beside the greedy baselines, and every plan, RecShard's included, is rated in
+TorchRec's perf model, with TorchRec's HBM estimate of its busiest rank against the usable HBM.
+``--sizes example`` takes the tables and hardware of ``--model`` / ``--hardware`` as they are.
+
+    .venv/bin/python benchmarks/solver_bench.py --stats example_run/stats/ds=2026-12-01 --sizes example \
+        --model conf/synthetic.yaml --hardware conf/hardware_example.yaml --solvers highs
 """
 
 from __future__ import annotations
@@ -20,14 +29,14 @@ import time
 import numpy as np
 
 
-from recshard_stats.config import HardwareConfig
+from recshard_stats.config import HardwareConfig, load_hardware_config, load_model_config
 from recshard_stats.stats_reader import load_stats
 from recshard_stats.solver import milp
 from recshard_stats.solver.baselines import all_baselines
 from recshard_stats.solver.heuristic import balanced_plan
 from recshard_stats.options import SolveOptions
 from recshard_stats.solver.plan import cost_plan
-from recshard_stats.solver.problem import Problem, TableDemand
+from recshard_stats.solver.problem import Problem, TableDemand, build_problem
 from recshard_stats.solver.solve import solve_problem
 from recshard_stats.solver.waterfill import lower_bound
 
@@ -62,13 +71,23 @@ def main() -> None:
     parser.add_argument("--mip-gap", type=float, default=0.01)
     parser.add_argument("--pressure", type=float, default=5.0, help="total table bytes / total HBM")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model", default="conf/synthetic.yaml", help="with --sizes example: the model config")
+    parser.add_argument("--hardware", default="conf/hardware_example.yaml", help="with --sizes example")
+    parser.add_argument("--no-torchrec", action="store_true", help="skip TorchRec's planner even if installed")
     args = parser.parse_args()
 
     for size in args.sizes:
-        n, g = (int(x) for x in size.split("x"))
-        problem = instance(args.stats, n, g, args.pressure, args.seed)
-        print(f"\n== {n} tables x {g} GPUs, table bytes {args.pressure:g}x HBM "
-              f"({sum(t.size_bytes for t in problem.tables) / 2**30:.1f} GiB of tables) ==", flush=True)
+        if size == "example":
+            problem = build_problem(load_stats(args.stats), load_model_config(args.model),
+                                    load_hardware_config(args.hardware))
+        else:
+            n, g = (int(x) for x in size.split("x"))
+            problem = instance(args.stats, n, g, args.pressure, args.seed)
+        total = sum(t.size_bytes for t in problem.tables)
+        print(f"\n== {size}: {len(problem.tables)} tables x {problem.num_gpus} GPUs, table bytes "
+              f"{total / (problem.hbm_capacity * problem.num_gpus):.1f}x usable HBM ({total / 2**30:.1f} GiB of tables) ==",
+              flush=True)
+        torchrec = None if args.no_torchrec else torchrec_rows(problem)
         for solver in args.solvers:
             if solver == "heuristic":  # the MILP's warm start alone, for sizes the MILP cannot take
                 t0 = time.time()
@@ -91,6 +110,39 @@ def main() -> None:
             print(f"{solver}: {wall:.1f}s wall (MILP {outcome.milp.solve_seconds:.1f}s, status {outcome.milp.status}, "
                   f"plan from {outcome.source}), gap to lower bound {outcome.gap:.2%}", flush=True)
             report([best, *outcome.baselines])
+            if torchrec is not None:
+                report_torchrec(problem, best, torchrec)
+
+
+def torchrec_rows(problem: Problem):
+    """TorchRec's planner on the instance, or None where torchrec is not installed."""
+    try:
+        from recshard_stats.torchrec import torchrec_baselines
+    except ImportError:
+        print("torchrec: not installed (scripts/setup.sh installs it)")
+        return None
+    return torchrec_baselines(problem)
+
+
+def report_torchrec(problem: Problem, best, baselines) -> None:
+    """TorchRec's plans in our model (gain relative to RecShard's plan), and RecShard's plan and
+    TorchRec's in TorchRec's perf model, with TorchRec's HBM estimate of the busiest rank."""
+    from recshard_stats.torchrec import rate_in_torchrec
+
+    ours = rate_in_torchrec(problem, best.plan.gpu, best.plan.rows_hbm)
+    print(f"  {'plan':<20} {'max GPU ms':>10} {'gain':>7} {'imbalance':>9} {'UVM acc':>8} {'TorchRec ms':>11} "
+          f"{'HBM need/usable':>15} {'plan s':>7}  layouts")
+    print(f"  {'recshard':<20} {best.max_cost * 1e3:>10.4f} {1:>6.2f}x {best.imbalance:>9.2f} "
+          f"{best.uvm_access_fraction:>8.2%} {ours.rating_ms:>11.4f} {max(ours.hbm_needed) / ours.hbm_usable:>14.2f}x "
+          f"{'':>7}  table_wise, static split (rated as fused/fused_uvm/fused_uvm_caching)")
+    for b in baselines:
+        if b.cost is None:
+            print(f"  {b.name:<20} no plan after {b.planning_seconds:.1f}s: {b.error.splitlines()[0]}")
+            continue
+        print(f"  {b.name:<20} {b.cost.max_cost * 1e3:>10.4f} {b.cost.max_cost / best.max_cost:>6.2f}x "
+              f"{b.cost.imbalance:>9.2f} {b.cost.uvm_access_fraction:>8.2%} {b.torchrec_rating_ms:>11.4f} "
+              f"{'':>15} {b.planning_seconds:>7.1f}  {', '.join(f'{k}: {v}' for k, v in sorted(b.layouts.items()))}",
+              flush=True)
 
 
 def report(plans) -> None:

@@ -13,6 +13,8 @@
   mean pooling divides by the original lengths).
 - :func:`split_state_dict` / :func:`unsplit_state_dict`: an unsplit table's weights (a
   checkpoint) into the split layout and back.
+- :func:`torchrec_baselines`: TorchRec's own planner on the same tables and hardware, its plans
+  costed in our model (:func:`cost_torchrec_plan`) and rated by TorchRec's perf model.
 
 On CPU, TorchRec runs the ``fused`` kernel only: ``sharding_plan(..., device_type="cpu")`` maps
 every kernel to it (the placement is the same); ``fused_uvm`` and the HBM/UVM split need GPUs.
@@ -26,12 +28,15 @@ import numpy as np
 import torch
 from torch import nn
 from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor, KeyedTensor, PoolingType
+from torchrec.distributed.planner.constants import UVM_CACHING_RATIO
 from torchrec.distributed.planner.types import ParameterConstraints
 from torchrec.distributed.sharding_plan import construct_module_sharding_plan, table_wise
-from torchrec.distributed.types import CacheParams, ShardingPlan
+from torchrec.distributed.types import CacheParams, CacheStatistics, ShardingPlan
 
+from recshard_stats.costmodel import GpuCosts, placement_cost
 from recshard_stats.export import FUSED, FUSED_UVM, unsplit_kernel
 from recshard_stats.manifest import Manifest, ManifestFile, TablePlacement
+from recshard_stats.solver.problem import Problem, TableDemand
 
 HBM_SUFFIX, UVM_SUFFIX = "__hbm", "__uvm"
 
@@ -221,3 +226,187 @@ def unsplit_state_dict(loaded: ManifestFile, state: dict[str, torch.Tensor]) -> 
                              state[f"embedding_bags.{t.name}{UVM_SUFFIX}.weight"]])
         out[t.name] = ordered[torch.as_tensor(_new_index(loaded, t))]
     return out
+
+
+class ProfiledCacheStatistics(CacheStatistics):
+    """TorchRec's cache statistics from the profile: a cache holding a share ``clf`` of a table's
+    rows is taken to hold its hottest rows, so it misses ``1 - F(clf * hash_size)`` of lookups
+    (the access CDF, with the unseen-row estimate of docs/design.md)."""
+
+    def __init__(self, table: TableDemand):
+        self.table = table
+
+    @property
+    def expected_lookups(self) -> float:
+        """Expected distinct rows in a batch: each row of access share p is looked up at least
+        once with probability ``1 - (1 - p)^a`` (a: lookups per batch)."""
+        coc, a = self.table.coc, self.table.accesses_per_batch
+        if coc.total_accesses == 0:
+            return 0.0
+        p = coc.counts / coc.total_accesses
+        return float((coc.rows * -np.expm1(a * np.log1p(-np.minimum(p, 1 - 1e-12)))).sum())
+
+    def expected_miss_rate(self, clf: float) -> float:
+        return 1.0 - float(self.table.hbm_fraction(clf * self.table.hash_size))
+
+    @property
+    def cacheability(self) -> float:
+        """The miss rate of a cache of a tenth of the rows the profile saw (0: very cacheable)."""
+        return self.expected_miss_rate(0.1 * self.table.unique_rows / self.table.hash_size)
+
+
+@dataclasses.dataclass(frozen=True)
+class TorchRecBaseline:
+    """A plan of TorchRec's own planner for the same tables and hardware, in both cost models."""
+    name: str
+    planning_seconds: float
+    cost: GpuCosts | None                 # in our cost model; None when TorchRec found no plan
+    torchrec_rating_ms: float | None      # TorchRec's perf model: its slowest rank's estimate
+    layouts: dict[str, int]               # "sharding_type/kernel" -> tables planned so
+    error: str | None                     # TorchRec's PlannerError, when it found no plan
+
+
+# share of a table's lookups that one shard serves
+_LOOKUP_SHARE = {"table_wise": lambda rows, t, g: 1.0, "column_wise": lambda rows, t, g: 1.0,
+                 "table_column_wise": lambda rows, t, g: 1.0, "row_wise": lambda rows, t, g: rows / t.hash_size,
+                 "table_row_wise": lambda rows, t, g: rows / t.hash_size,
+                 "grid_shard": lambda rows, t, g: rows / t.hash_size, "data_parallel": lambda rows, t, g: 1.0 / g}
+
+
+def cost_torchrec_plan(problem: Problem, options: list) -> GpuCosts:
+    """TorchRec's chosen ShardingOptions costed in our model: each shard serves its share of the
+    table's lookups (row shards: their share of rows, as ids hash uniformly; column shards: all
+    lookups, on their share of the row bytes) from HBM (``fused``), UVM (``fused_uvm``) or a cache
+    of its load factor holding the hottest rows (``fused_uvm_caching``: F(load factor * rows))."""
+    tables = {t.name: t for t in problem.tables}
+    gpu, accesses, row_bytes, fractions = [], [], [], []
+    for option in options:
+        t = tables[option.name]
+        for shard in option.shards:
+            rows, cols = shard.size
+            if option.compute_kernel == FUSED_UVM:
+                f = 0.0
+            elif option.compute_kernel == "fused_uvm_caching":  # TorchRec's default load factor when unset
+                f = float(t.hbm_fraction((option.cache_load_factor or UVM_CACHING_RATIO) * t.hash_size))
+            else:
+                f = 1.0
+            gpu.append(shard.rank)
+            accesses.append(t.accesses_per_batch * _LOOKUP_SHARE[option.sharding_type](rows, t, problem.num_gpus))
+            row_bytes.append(t.row_bytes * cols / t.dim)
+            fractions.append(f)
+    hw = problem.hardware
+    return placement_cost(problem.num_gpus, gpu, accesses, row_bytes, fractions, hw.hbm_bandwidth, hw.uvm_bandwidth)
+
+
+def _collection(problem: Problem) -> EmbeddingBagCollection:
+    return EmbeddingBagCollection(tables=[
+        EmbeddingBagConfig(name=t.name, embedding_dim=t.dim, num_embeddings=t.hash_size,
+                           feature_names=list(t.features)) for t in problem.tables], device=torch.device("meta"))
+
+
+def _topology(problem: Problem):
+    """The problem's hardware as TorchRec sees it: G CUDA ranks on one host, each with its HBM and a
+    G-th of the host memory, our HBM and UVM bandwidths."""
+    from torchrec.distributed.planner import Topology
+
+    hw, g = problem.hardware, problem.num_gpus
+    return Topology(world_size=g, compute_device="cuda", hbm_cap=hw.hbm_bytes_per_gpu, ddr_cap=hw.host_bytes // g,
+                    local_world_size=g, hbm_mem_bw=hw.hbm_bandwidth, hbm_to_ddr_mem_bw=hw.uvm_bandwidth)
+
+
+def _pooling_factors(problem: Problem, t: TableDemand) -> list[float]:
+    """Ids per sample of each feature (a table without per-feature numbers: its whole traffic)."""
+    return list(t.feature_pooling) or [t.accesses_per_batch / problem.hardware.batch_size]
+
+
+def _local_batch(problem: Problem) -> int:
+    """TorchRec's batch size is per rank; ours is the global batch every table's GPU serves."""
+    return max(1, problem.hardware.batch_size // problem.num_gpus)
+
+
+@dataclasses.dataclass(frozen=True)
+class TorchRecRating:
+    """A plan pinned to its ranks and kernels, in TorchRec's perf and storage models."""
+    rating_ms: float                       # the slowest rank's estimated time
+    hbm_needed: tuple[int, ...]            # per rank: TorchRec's HBM estimate of its shards
+    hbm_usable: int                        # HBM per rank after the fixed reservation
+
+    @property
+    def fits(self) -> bool:
+        return max(self.hbm_needed) <= self.hbm_usable
+
+
+def rate_in_torchrec(problem: Problem, gpu: tuple[int, ...], rows_hbm: tuple[int, ...]) -> TorchRecRating:
+    """Our placement (``gpu``, ``rows_hbm`` per table) as TorchRec would run it unsplit: table-wise on
+    its rank, ``fused`` wholly in HBM, ``fused_uvm`` wholly in UVM, else ``fused_uvm_caching`` with
+    the HBM share of rows as load factor (the nearest TorchRec kernel to the static split)."""
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
+
+    constraints = {}
+    for j, t in enumerate(problem.tables):
+        kernel = FUSED if rows_hbm[j] == t.hash_size else FUSED_UVM if rows_hbm[j] == 0 else "fused_uvm_caching"
+        constraints[t.name] = ParameterConstraints(
+            sharding_types=["table_wise"], compute_kernels=[kernel], pooling_factors=_pooling_factors(problem, t),
+            feature_names=list(t.features),
+            cache_params=CacheParams(load_factor=rows_hbm[j] / t.hash_size) if kernel == "fused_uvm_caching" else None)
+    options = EmbeddingEnumerator(_topology(problem), _local_batch(problem), constraints).enumerate(
+        _collection(problem), [EmbeddingBagCollectionSharder()])
+    rank_of = {t.name: gpu[j] for j, t in enumerate(problem.tables)}
+    perf, hbm = [0.0] * problem.num_gpus, [0] * problem.num_gpus
+    for option in options:
+        shard = option.shards[0]
+        perf[rank_of[option.name]] += shard.perf.total
+        hbm[rank_of[option.name]] += shard.storage.hbm
+    usable = int(problem.hardware.hbm_bytes_per_gpu * (1 - problem.hardware.hbm_reserved_fraction))
+    return TorchRecRating(max(perf), tuple(hbm), usable)
+
+
+def torchrec_baselines(problem: Problem) -> list[TorchRecBaseline]:
+    """TorchRec's planner on the problem's tables, hardware (usable HBM by a fixed reservation,
+    host memory split over the ranks, both bandwidths) and global batch (``batch_size / G`` per
+    rank), with the measured pooling factors: ``torchrec_default`` as it comes, and
+    ``torchrec_stats`` also fed the profile's cache statistics (load factor = the share of rows
+    the profile saw, :class:`ProfiledCacheStatistics`) and its scale-up proposer."""
+    import time
+
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.planner import EmbeddingShardingPlanner
+    from torchrec.distributed.planner.proposers import (EmbeddingOffloadScaleupProposer, GreedyProposer,
+                                                        UniformProposer)
+    from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
+    from torchrec.distributed.planner.types import PlannerError
+
+    hw, g = problem.hardware, problem.num_gpus
+    collection = _collection(problem)
+    results = []
+    for name in ("torchrec_default", "torchrec_stats"):
+        stats = name == "torchrec_stats"
+        constraints = {t.name: ParameterConstraints(
+            pooling_factors=_pooling_factors(problem, t), feature_names=list(t.features),
+            cache_params=CacheParams(load_factor=max(t.unique_rows / t.hash_size, 1e-6),
+                                     stats=ProfiledCacheStatistics(t)) if stats else None)
+            for t in problem.tables}
+        proposers = [GreedyProposer(), GreedyProposer(use_depth=False), UniformProposer()]
+        planner = EmbeddingShardingPlanner(
+            topology=_topology(problem), batch_size=_local_batch(problem), constraints=constraints,
+            storage_reservation=FixedPercentageStorageReservation(hw.hbm_reserved_fraction),
+            proposer=[*proposers, EmbeddingOffloadScaleupProposer()] if stats else proposers, debug=False)
+        started = time.time()
+        try:
+            planner.plan(collection, [EmbeddingBagCollectionSharder()])
+        except PlannerError as exc:
+            results.append(TorchRecBaseline(name, time.time() - started, None, None, {}, str(exc).strip()))
+            continue
+        seconds = time.time() - started
+        options = planner._best_plan  # the chosen ShardingOptions, with TorchRec's per-shard estimates
+        rank_perf = [0.0] * g
+        layouts: dict[str, int] = {}
+        for option in options:
+            layout = f"{option.sharding_type}/{option.compute_kernel}"
+            layouts[layout] = layouts.get(layout, 0) + 1
+            for shard in option.shards:
+                rank_perf[shard.rank] += shard.perf.total
+        results.append(TorchRecBaseline(name, seconds, cost_torchrec_plan(problem, options), max(rank_perf),
+                                        layouts, None))
+    return results

@@ -252,3 +252,57 @@ def test_torchrecs_planner_takes_the_measured_statistics(loaded):
     planned = plan.plan[""]
     assert sorted(planned) == ["a", "b", "c", "d", "e"]
     assert all(set(p.ranks) <= {0, 1} for p in planned.values())
+
+
+def _problem():
+    from test_solver import random_problem
+
+    problem = random_problem(12, 2, seed=4)
+    hw = dataclasses.replace(problem.hardware, hbm_bytes_per_gpu=problem.hardware.hbm_bytes_per_gpu * 4,
+                             batch_size=4096)
+    return dataclasses.replace(problem, hardware=hw)
+
+
+def test_torchrec_plans_are_costed_shard_by_shard_in_our_model():
+    from types import SimpleNamespace as Option
+
+    from recshard_stats.solver.plan import Plan, cost_plan
+    from recshard_stats.torchrec import cost_torchrec_plan
+
+    problem = _problem()
+    whole = [Option(name=t.name, sharding_type="table_wise", compute_kernel=FUSED, cache_load_factor=None,
+                    shards=[Option(size=[t.hash_size, t.dim], rank=j % 2)]) for j, t in enumerate(problem.tables)]
+    expected = cost_plan(problem, Plan("p", tuple(j % 2 for j in range(12)), tuple(t.hash_size for t in problem.tables)))
+    assert cost_torchrec_plan(problem, whole).gpu_cost == pytest.approx(expected.gpu_cost)
+    # a table split in two row shards: each rank serves the lookups of its half; a cached one is
+    # served from HBM as far as its hottest load-factor share of rows reaches
+    t = problem.tables[0]
+    rows = [Option(name=t.name, sharding_type="row_wise", compute_kernel=FUSED, cache_load_factor=None,
+                   shards=[Option(size=[t.hash_size // 2, t.dim], rank=0),
+                           Option(size=[t.hash_size - t.hash_size // 2, t.dim], rank=1)])]
+    full = problem.table_cost(0, t.hash_size)
+    assert cost_torchrec_plan(problem, rows).gpu_cost == pytest.approx(
+        ((t.hash_size // 2) / t.hash_size * full, (t.hash_size - t.hash_size // 2) / t.hash_size * full))
+    cached = [Option(name=t.name, sharding_type="table_wise", compute_kernel="fused_uvm_caching", cache_load_factor=0.1,
+                     shards=[Option(size=[t.hash_size, t.dim], rank=1)])]
+    assert cost_torchrec_plan(problem, cached).gpu_cost[1] == pytest.approx(problem.table_cost(0, 0.1 * t.hash_size))
+
+
+def test_torchrecs_planner_is_a_baseline_rated_in_both_models():
+    from recshard_stats.solver.plan import cost_plan
+    from recshard_stats.solver.solve import polish
+    from recshard_stats.solver.baselines import greedy
+    from recshard_stats.torchrec import rate_in_torchrec, torchrec_baselines
+
+    problem = _problem()
+    results = {b.name: b for b in torchrec_baselines(problem)}
+    assert set(results) == {"torchrec_default", "torchrec_stats"}
+    for b in results.values():
+        assert b.error is None, b.error
+        assert sum(b.layouts.values()) == len(problem.tables) and b.torchrec_rating_ms > 0
+        assert 0 <= b.cost.uvm_access_fraction <= 1 and b.cost.max_cost > 0
+    plan = polish(problem, greedy(problem, "size"))
+    rating = rate_in_torchrec(problem, plan.gpu, plan.rows_hbm)
+    assert rating.rating_ms > 0
+    weights = cost_plan(problem, plan).gpu_hbm_bytes
+    assert all(need >= w for need, w in zip(rating.hbm_needed, weights))  # weights and more (inputs, outputs)
