@@ -119,13 +119,18 @@ def _with_cache(generator, cache_params: CacheParams):
     return generate
 
 
+def seen_share(unique_rows: int, hash_size: int) -> float:
+    """The cache load factor that holds every row the profile saw (TorchRec refuses 0)."""
+    return max(unique_rows / hash_size, 1e-6)
+
+
 def parameter_constraints(manifest: Manifest, *, cache: bool = True) -> dict[str, ParameterConstraints]:
     """For teams that keep TorchRec's planner: per table, the measured pooling factors (mean ids
     per sample of each feature) and, when ``cache``, cache statistics from the profile (load
     factor = the share of rows the profile saw, which a cache holding them would need)."""
     out = {}
     for t in manifest.tables:
-        params = CacheParams(load_factor=max(t.unique_rows / t.hash_size, 1e-6)) if cache else None
+        params = CacheParams(load_factor=seen_share(t.unique_rows, t.hash_size)) if cache else None
         out[t.name] = ParameterConstraints(pooling_factors=list(t.feature_pooling), feature_names=list(t.features),
                                            cache_params=params)
     return out
@@ -384,7 +389,7 @@ def torchrec_baselines(problem: Problem) -> list[TorchRecBaseline]:
         stats = name == "torchrec_stats"
         constraints = {t.name: ParameterConstraints(
             pooling_factors=_pooling_factors(problem, t), feature_names=list(t.features),
-            cache_params=CacheParams(load_factor=max(t.unique_rows / t.hash_size, 1e-6),
+            cache_params=CacheParams(load_factor=seen_share(t.unique_rows, t.hash_size),
                                      stats=ProfiledCacheStatistics(t)) if stats else None)
             for t in problem.tables}
         proposers = [GreedyProposer(), GreedyProposer(use_depth=False), UniformProposer()]
