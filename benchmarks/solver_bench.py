@@ -74,6 +74,8 @@ def main() -> None:
     parser.add_argument("--model", default="conf/synthetic.yaml", help="with --sizes example: the model config")
     parser.add_argument("--hardware", default="conf/hardware_example.yaml", help="with --sizes example")
     parser.add_argument("--no-torchrec", action="store_true", help="skip TorchRec's planner even if installed")
+    parser.add_argument("--torchrec-timeout", type=int, default=300,
+                        help="TorchRec's planning time limit per variant, seconds (it keeps its best plan so far)")
     args = parser.parse_args()
 
     for size in args.sizes:
@@ -87,7 +89,7 @@ def main() -> None:
         print(f"\n== {size}: {len(problem.tables)} tables x {problem.num_gpus} GPUs, table bytes "
               f"{total / (problem.hbm_capacity * problem.num_gpus):.1f}x usable HBM ({total / 2**30:.1f} GiB of tables) ==",
               flush=True)
-        torchrec = None if args.no_torchrec else torchrec_rows(problem)
+        torchrec = None if args.no_torchrec else torchrec_rows(problem, args.torchrec_timeout)
         for solver in args.solvers:
             if solver == "heuristic":  # the MILP's warm start alone, for sizes the MILP cannot take
                 t0 = time.time()
@@ -111,30 +113,32 @@ def main() -> None:
                   f"plan from {outcome.source}), gap to lower bound {outcome.gap:.2%}", flush=True)
             report([best, *outcome.baselines])
             if torchrec is not None:
-                report_torchrec(problem, best, torchrec)
+                report_torchrec(problem, best, outcome.baselines, torchrec)
 
 
-def torchrec_rows(problem: Problem):
+def torchrec_rows(problem: Problem, timeout_s: int):
     """TorchRec's planner on the instance, or None where torchrec is not installed."""
     try:
         from recshard_stats.torchrec import torchrec_baselines
     except ImportError:
         print("torchrec: not installed (scripts/setup.sh installs it)")
         return None
-    return torchrec_baselines(problem)
+    return torchrec_baselines(problem, timeout_s)
 
 
-def report_torchrec(problem: Problem, best, baselines) -> None:
-    """TorchRec's plans in our model (gain relative to RecShard's plan), and RecShard's plan and
-    TorchRec's in TorchRec's perf model, with TorchRec's HBM estimate of the busiest rank."""
+def report_torchrec(problem: Problem, best, greedy, baselines) -> None:
+    """Every plan in both cost models: RecShard's and the greedy ones (pinned to their ranks and
+    kernels) and TorchRec's own, with TorchRec's HBM estimate of the busiest rank / usable HBM."""
     from recshard_stats.torchrec import rate_in_torchrec
 
-    ours = rate_in_torchrec(problem, best.plan.gpu, best.plan.rows_hbm)
     print(f"  {'plan':<20} {'max GPU ms':>10} {'gain':>7} {'imbalance':>9} {'UVM acc':>8} {'TorchRec ms':>11} "
           f"{'HBM need/usable':>15} {'plan s':>7}  layouts")
-    print(f"  {'recshard':<20} {best.max_cost * 1e3:>10.4f} {1:>6.2f}x {best.imbalance:>9.2f} "
-          f"{best.uvm_access_fraction:>8.2%} {ours.rating_ms:>11.4f} {max(ours.hbm_needed) / ours.hbm_usable:>14.2f}x "
-          f"{'':>7}  table_wise, static split (rated as fused/fused_uvm/fused_uvm_caching)")
+    for cost in (best, *greedy):
+        rating = rate_in_torchrec(problem, cost.plan.gpu, cost.plan.rows_hbm)
+        name = "recshard" if cost is best else cost.plan.name
+        print(f"  {name:<20} {cost.max_cost * 1e3:>10.4f} {cost.max_cost / best.max_cost:>6.2f}x "
+              f"{cost.imbalance:>9.2f} {cost.uvm_access_fraction:>8.2%} {rating.rating_ms:>11.4f} "
+              f"{max(rating.hbm_needed) / rating.hbm_usable:>14.2f}x {'':>7}  table_wise, pinned", flush=True)
     for b in baselines:
         if b.cost is None:
             print(f"  {b.name:<20} no plan after {b.planning_seconds:.1f}s: {b.error.splitlines()[0]}")

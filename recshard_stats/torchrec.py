@@ -367,12 +367,13 @@ def rate_in_torchrec(problem: Problem, gpu: tuple[int, ...], rows_hbm: tuple[int
     return TorchRecRating(max(perf), tuple(hbm), usable)
 
 
-def torchrec_baselines(problem: Problem) -> list[TorchRecBaseline]:
+def torchrec_baselines(problem: Problem, timeout_s: int | None = None) -> list[TorchRecBaseline]:
     """TorchRec's planner on the problem's tables, hardware (usable HBM by a fixed reservation,
     host memory split over the ranks, both bandwidths) and global batch (``batch_size / G`` per
     rank), with the measured pooling factors: ``torchrec_default`` as it comes, and
     ``torchrec_stats`` also fed the profile's cache statistics (load factor = the share of rows
-    the profile saw, :class:`ProfiledCacheStatistics`) and its scale-up proposer."""
+    the profile saw, :class:`ProfiledCacheStatistics`) and its scale-up proposer. ``timeout_s``:
+    TorchRec's own planning time limit (it then keeps the best plan found so far)."""
     import time
 
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
@@ -396,7 +397,8 @@ def torchrec_baselines(problem: Problem) -> list[TorchRecBaseline]:
         planner = EmbeddingShardingPlanner(
             topology=_topology(problem), batch_size=_local_batch(problem), constraints=constraints,
             storage_reservation=FixedPercentageStorageReservation(hw.hbm_reserved_fraction),
-            proposer=[*proposers, EmbeddingOffloadScaleupProposer()] if stats else proposers, debug=False)
+            proposer=[*proposers, EmbeddingOffloadScaleupProposer()] if stats else proposers, debug=False,
+            timeout_seconds=timeout_s)
         started = time.time()
         try:
             planner.plan(collection, [EmbeddingBagCollectionSharder()])
