@@ -34,7 +34,7 @@ from torchrec.distributed.sharding_plan import construct_module_sharding_plan, t
 from torchrec.distributed.types import CacheParams, CacheStatistics, ShardingPlan
 
 from recshard_stats.costmodel import GpuCosts, placement_cost
-from recshard_stats.export import FUSED, FUSED_UVM, unsplit_kernel
+from recshard_stats.export import FUSED, FUSED_UVM, FUSED_UVM_CACHING, unsplit_kernel
 from recshard_stats.manifest import Manifest, ManifestFile, TablePlacement
 from recshard_stats.solver.problem import Problem, TableDemand
 
@@ -291,7 +291,7 @@ def cost_torchrec_plan(problem: Problem, options: list) -> GpuCosts:
             rows, cols = shard.size
             if option.compute_kernel == FUSED_UVM:
                 f = 0.0
-            elif option.compute_kernel == "fused_uvm_caching":  # TorchRec's default load factor when unset
+            elif option.compute_kernel == FUSED_UVM_CACHING:  # TorchRec's default load factor when unset
                 f = float(t.hbm_fraction((option.cache_load_factor or UVM_CACHING_RATIO) * t.hash_size))
             else:
                 f = 1.0
@@ -350,11 +350,11 @@ def rate_in_torchrec(problem: Problem, gpu: tuple[int, ...], rows_hbm: tuple[int
 
     constraints = {}
     for j, t in enumerate(problem.tables):
-        kernel = FUSED if rows_hbm[j] == t.hash_size else FUSED_UVM if rows_hbm[j] == 0 else "fused_uvm_caching"
+        kernel = FUSED if rows_hbm[j] == t.hash_size else FUSED_UVM if rows_hbm[j] == 0 else FUSED_UVM_CACHING
         constraints[t.name] = ParameterConstraints(
             sharding_types=["table_wise"], compute_kernels=[kernel], pooling_factors=_pooling_factors(problem, t),
             feature_names=list(t.features),
-            cache_params=CacheParams(load_factor=rows_hbm[j] / t.hash_size) if kernel == "fused_uvm_caching" else None)
+            cache_params=CacheParams(load_factor=rows_hbm[j] / t.hash_size) if kernel == FUSED_UVM_CACHING else None)
     options = EmbeddingEnumerator(_topology(problem), _local_batch(problem), constraints).enumerate(
         _collection(problem), [EmbeddingBagCollectionSharder()])
     rank_of = {t.name: gpu[j] for j, t in enumerate(problem.tables)}
