@@ -12,24 +12,25 @@ torchrec installed, ``recshard_stats.torchrec.sharding_plan(manifest)`` builds t
 
 from __future__ import annotations
 
-from recshard_stats.manifest import Manifest, TablePlacement
+from recshard_stats.manifest import Manifest
 
 FUSED, FUSED_UVM, FUSED_UVM_CACHING = "fused", "fused_uvm", "fused_uvm_caching"
 
 
-def unsplit_kernel(t: TablePlacement) -> tuple[str, float | None]:
-    """TorchRec compute kernel of a table planned whole, and its cache load factor (None: no cache)."""
-    if t.rows_uvm == 0:
+def unsplit_kernel(rows_hbm: int, hash_size: int) -> tuple[str, float | None]:
+    """TorchRec compute kernel of a table planned whole with ``rows_hbm`` of its rows in HBM, and
+    its cache load factor (None: no cache)."""
+    if rows_hbm == hash_size:
         return FUSED, None
-    if t.rows_hbm == 0:
+    if rows_hbm == 0:
         return FUSED_UVM, None
-    return FUSED_UVM_CACHING, t.rows_hbm / t.hash_size
+    return FUSED_UVM_CACHING, rows_hbm / hash_size
 
 
 def torchrec_plan(manifest: Manifest) -> dict:
     tables = {}
     for t in manifest.tables:
-        kernel, load_factor = unsplit_kernel(t)
+        kernel, load_factor = unsplit_kernel(t.rows_hbm, t.hash_size)
         tables[t.name] = {
             "sharding_type": "table_wise",
             "ranks": [t.gpu],

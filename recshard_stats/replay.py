@@ -14,7 +14,8 @@ import pathlib
 
 from recshard_stats.costmodel import placement_cost
 from recshard_stats.manifest import Manifest
-from recshard_stats.typed_json import from_plain
+from recshard_stats.errors import Reason, RecShardError
+from recshard_stats.typed_json import DecodeError, from_plain
 
 _MS = 1e3
 EVALUATION_NAME = "evaluation.json"
@@ -55,7 +56,12 @@ class Evaluation:
 
 
 def load_evaluation(path: str | pathlib.Path) -> Evaluation:
-    return from_plain(Evaluation, json.loads(pathlib.Path(path).read_text()), str(path))
+    """``evaluation.json`` read back; a file that is not one is a clear error naming it."""
+    try:
+        return from_plain(Evaluation, json.loads(pathlib.Path(path).read_text()))
+    except (json.JSONDecodeError, UnicodeDecodeError, DecodeError) as exc:
+        raise RecShardError(Reason.INPUT_CORRUPT, f"{path} is not an evaluation written by `recshard evaluate` "
+                            f"({exc})", fixes=("run `recshard evaluate` again",)) from None
 
 
 def tier_hits(row_counts, remap, placement):

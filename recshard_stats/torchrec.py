@@ -53,12 +53,17 @@ class TablePart:
     features: tuple[str, ...]
 
 
+def is_split(t: TablePlacement) -> bool:
+    """Rows in both tiers: the table becomes an HBM part and a UVM part."""
+    return t.rows_hbm > 0 and t.rows_uvm > 0
+
+
 def split_parts(manifest: Manifest) -> list[TablePart]:
     """The tables of the split layout, in manifest order (a table's HBM part before its UVM part)."""
     parts = []
     for t in manifest.tables:
-        if t.rows_uvm == 0 or t.rows_hbm == 0:
-            parts.append(TablePart(t.name, t.name, t.hash_size, 0, t.gpu, FUSED if t.rows_uvm == 0 else FUSED_UVM,
+        if not is_split(t):
+            parts.append(TablePart(t.name, t.name, t.hash_size, 0, t.gpu, unsplit_kernel(t.rows_hbm, t.hash_size)[0],
                                    t.features))
             continue
         parts.append(TablePart(t.name + HBM_SUFFIX, t.name, t.rows_hbm, 0, t.gpu, FUSED,
@@ -66,10 +71,6 @@ def split_parts(manifest: Manifest) -> list[TablePart]:
         parts.append(TablePart(t.name + UVM_SUFFIX, t.name, t.rows_uvm, t.rows_hbm, t.gpu, FUSED_UVM,
                                tuple(f + UVM_SUFFIX for f in t.features)))
     return parts
-
-
-def is_split(t: TablePlacement) -> bool:
-    return t.rows_hbm > 0 and t.rows_uvm > 0
 
 
 def table_configs(manifest: Manifest, *, split: bool = True) -> list[EmbeddingBagConfig]:
@@ -80,8 +81,14 @@ def table_configs(manifest: Manifest, *, split: bool = True) -> list[EmbeddingBa
         return [EmbeddingBagConfig(name=p.name, embedding_dim=dims[p.table], num_embeddings=p.rows,
                                    feature_names=list(p.features), pooling=PoolingType.SUM)
                 for p in split_parts(manifest)]
+    return _whole_table_configs(manifest.tables)
+
+
+def _whole_table_configs(tables) -> list[EmbeddingBagConfig]:
+    """One sum-pooled EmbeddingBagConfig per table (manifest or solver tables: name, dim,
+    hash_size, features)."""
     return [EmbeddingBagConfig(name=t.name, embedding_dim=t.dim, num_embeddings=t.hash_size,
-                               feature_names=list(t.features), pooling=PoolingType.SUM) for t in manifest.tables]
+                               feature_names=list(t.features), pooling=PoolingType.SUM) for t in tables]
 
 
 def sharding_plan(manifest: Manifest, module_path: str = "", *, split: bool = True, cache: bool = False,
@@ -100,7 +107,7 @@ def sharding_plan(manifest: Manifest, module_path: str = "", *, split: bool = Tr
             per_table[p.name] = table_wise(rank=p.rank, compute_kernel=FUSED if device_type == "cpu" else p.kernel)
     else:
         for t in manifest.tables:
-            kernel, load_factor = unsplit_kernel(t)
+            kernel, load_factor = unsplit_kernel(t.rows_hbm, t.hash_size)
             if load_factor is not None and not cache:
                 raise ValueError(f"table {t.name!r} has rows in both tiers: plan it with split=True or cache=True")
             per_table[t.name] = table_wise(rank=t.gpu, compute_kernel=FUSED if device_type == "cpu" else kernel)
@@ -304,9 +311,7 @@ def cost_torchrec_plan(problem: Problem, options: list) -> GpuCosts:
 
 
 def _collection(problem: Problem) -> EmbeddingBagCollection:
-    return EmbeddingBagCollection(tables=[
-        EmbeddingBagConfig(name=t.name, embedding_dim=t.dim, num_embeddings=t.hash_size,
-                           feature_names=list(t.features)) for t in problem.tables], device=torch.device("meta"))
+    return EmbeddingBagCollection(tables=_whole_table_configs(problem.tables), device=torch.device("meta"))
 
 
 def _topology(problem: Problem):
@@ -350,11 +355,11 @@ def rate_in_torchrec(problem: Problem, gpu: tuple[int, ...], rows_hbm: tuple[int
 
     constraints = {}
     for j, t in enumerate(problem.tables):
-        kernel = FUSED if rows_hbm[j] == t.hash_size else FUSED_UVM if rows_hbm[j] == 0 else FUSED_UVM_CACHING
+        kernel, load_factor = unsplit_kernel(rows_hbm[j], t.hash_size)
         constraints[t.name] = ParameterConstraints(
             sharding_types=["table_wise"], compute_kernels=[kernel], pooling_factors=_pooling_factors(problem, t),
             feature_names=list(t.features),
-            cache_params=CacheParams(load_factor=rows_hbm[j] / t.hash_size) if kernel == FUSED_UVM_CACHING else None)
+            cache_params=None if load_factor is None else CacheParams(load_factor=load_factor))
     options = EmbeddingEnumerator(_topology(problem), _local_batch(problem), constraints).enumerate(
         _collection(problem), [EmbeddingBagCollectionSharder()])
     rank_of = {t.name: gpu[j] for j, t in enumerate(problem.tables)}

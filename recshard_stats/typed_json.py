@@ -44,6 +44,11 @@ def required_fields(cls) -> list[str]:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
 
 
+def _require_object(data, where: str) -> None:
+    if not isinstance(data, dict):
+        raise DecodeError(where, f"must be an object, got {type(data).__name__}")
+
+
 def from_plain(cls, data, where: str = ""):
     """``data`` (parsed JSON) as an instance of ``cls``; a :class:`DecodeError` names the bad field."""
     origin, args = typing.get_origin(cls), typing.get_args(cls)
@@ -57,18 +62,15 @@ def from_plain(cls, data, where: str = ""):
             raise DecodeError(where, f"must be a list, got {type(data).__name__}")
         return tuple(from_plain(args[0], v, f"{where}[{i}]") for i, v in enumerate(data))
     if cls is dict or origin is dict:
-        if not isinstance(data, dict):
-            raise DecodeError(where, f"must be an object, got {type(data).__name__}")
+        _require_object(data, where)
         if not args:
             return dict(data)
         return {from_plain(args[0], k, where): from_plain(args[1], v, f"{where}[{k!r}]") for k, v in data.items()}
     if hasattr(cls, "from_dict"):
-        if not isinstance(data, dict):
-            raise DecodeError(where, f"must be an object, got {type(data).__name__}")
+        _require_object(data, where)
         return cls.from_dict(data, where)
     if dataclasses.is_dataclass(cls):
-        if not isinstance(data, dict):
-            raise DecodeError(where, f"must be an object, got {type(data).__name__}")
+        _require_object(data, where)
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:

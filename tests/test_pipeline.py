@@ -305,3 +305,15 @@ def test_publish_needs_the_manifests_own_checksum(pipeline, tmp_path):
     load_manifest(target)  # a trainer may still read it (with a warning)
     with pytest.raises(RecShardError, match="manifest.json.sha256 is missing"):
         publish_latest(tmp_path, target / "manifest.json")
+
+
+def test_a_broken_evaluation_file_is_one_clear_error_in_the_report(pipeline, tmp_path, capsys):
+    from recshard_stats import cli
+
+    bad = tmp_path / "evaluation.json"
+    bad.write_text('{"num_samples": "many"}')
+    rc = cli.main(["report", "--manifest", str(pipeline["manifest"]), "--evaluation", str(bad),
+                   "--out", str(tmp_path / "r.html")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "[input_corrupt]" in err and "is not an evaluation written by `recshard evaluate`" in err
+    assert "lacks ['plans', 'tables', 'manifest', 'logs', 'ds']" in err and not (tmp_path / "r.html").exists()
