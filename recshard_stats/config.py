@@ -18,6 +18,7 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import math
 import pathlib
 import tomllib
 from typing import Any
@@ -38,7 +39,8 @@ FEATURE_KEYS = ("name", "type", "synthetic")
 TABLE_KEYS = ("name", "features", "feature", "hash_size", "dim", "hash")
 HARDWARE_KEYS = ("num_gpus", "hbm_per_gpu_gib", "hbm_per_gpu_bytes", "hbm_reserved_fraction", "hbm_reserved_gib",
                  "hbm_reserved_bytes", "host_gib", "host_bytes", "hbm_bandwidth_gbps", "uvm_bandwidth_gbps",
-                 "batch_size", "bytes_per_element", "optimizer_state_multiplier")
+                 "batch_size", "bytes_per_element", "optimizer_state_multiplier", "index_bytes",
+                 "output_bytes_per_element")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +98,9 @@ class HardwareConfig:
     batch_size: int
     bytes_per_element: int
     optimizer_state_multiplier: float
+    # the trainer's buffers in HBM beside the rows (see trainer_bytes); 0 leaves them out
+    index_bytes: int = 8                  # one id of the trainer's input (TorchRec/FBGEMM: int64)
+    output_bytes_per_element: int = 4     # the pooled outputs (fp32)
 
     @property
     def usable_hbm_bytes(self) -> int:
@@ -103,6 +108,17 @@ class HardwareConfig:
 
     def row_bytes(self, dim: int) -> float:
         return dim * self.bytes_per_element * self.optimizer_state_multiplier
+
+    def trainer_bytes(self, ids_per_sample: float, num_features: int, dim: int) -> int:
+        """HBM a table's GPU needs beside the table's rows when TorchRec/FBGEMM trains it table-wise
+        at this batch size: the whole batch's ids for the table (with one length per sample and
+        feature), and one pooled output ``[batch, dim]`` per feature for each part of RecShard's
+        static split (HBM part and UVM part). Reserved for every table, split or not: the MILP
+        then stays linear, at the price of one output tensor for a table left whole."""
+        parts = 2
+        ids = self.batch_size * (ids_per_sample + parts * num_features) * self.index_bytes
+        outputs = parts * self.batch_size * num_features * dim * self.output_bytes_per_element
+        return int(math.ceil(ids + outputs))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -149,6 +165,13 @@ def _positive_int(where: str, entry: dict, key: str, maximum: int | None = None)
         raise _fail(where, f"{key} must be a positive integer, got {value!r}")
     if maximum is not None and value > maximum:
         raise _fail(where, f"{key} {value} is above the largest supported, {maximum} (2^63 - 1)")
+    return value
+
+
+def _non_negative_int(where: str, entry: dict, key: str, default: int) -> int:
+    value = entry.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _fail(where, f"{key} must be a non-negative integer, got {value!r}")
     return value
 
 
@@ -271,6 +294,9 @@ def parse_hardware_config(data: dict, source: str = "hardware config") -> Hardwa
         bytes_per_element=_positive_int(source, {"bytes_per_element": data.get("bytes_per_element", 4)},
                                         "bytes_per_element"),
         optimizer_state_multiplier=_positive_number(source, data, "optimizer_state_multiplier", 1.0),
+        index_bytes=_non_negative_int(source, data, "index_bytes", HardwareConfig.index_bytes),
+        output_bytes_per_element=_non_negative_int(source, data, "output_bytes_per_element",
+                                                   HardwareConfig.output_bytes_per_element),
     )
 
 

@@ -126,6 +126,7 @@ class TablePlacement:
     row_bytes: float
     remap: RemapFile | None              # None until `recshard remap` has run
     unseen_hbm_below_row: int = 0        # never-seen rows below this row are in HBM (set by remap)
+    trainer_buffer_bytes: int = 0        # HBM its GPU keeps for the trainer's ids and pooled outputs
 
     @property
     def fully_in_hbm(self) -> bool:
@@ -136,9 +137,10 @@ class TablePlacement:
 class GpuPlacement:
     rank: int
     tables: tuple[str, ...]
-    hbm_bytes_used: int
+    hbm_bytes_used: int                  # rows in HBM
     hbm_bytes_capacity: int
     predicted_cost_ms: float
+    trainer_buffer_bytes: int = 0        # its tables' trainer buffers, beside the rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -277,7 +279,7 @@ def _check_table(t: TablePlacement, num_gpus: int) -> None:
     _non_negative(where, gpu=t.gpu, hash_size=t.hash_size, dim=t.dim, rows_hbm=t.rows_hbm, rows_uvm=t.rows_uvm,
                   unique_rows=t.unique_rows, unused_rows=t.unused_rows, unseen_hbm_below_row=t.unseen_hbm_below_row,
                   predicted_cost_ms=t.predicted_cost_ms, accesses_per_batch=t.accesses_per_batch,
-                  pooling_factor=t.pooling_factor, row_bytes=t.row_bytes)
+                  pooling_factor=t.pooling_factor, row_bytes=t.row_bytes, trainer_buffer_bytes=t.trainer_buffer_bytes)
     _fraction(where, "predicted_hbm_access_fraction", t.predicted_hbm_access_fraction)
     _fraction(where, "coverage", t.coverage)
     if not t.features or len(t.feature_pooling) != len(t.features):
@@ -302,7 +304,7 @@ def _check_gpus(m: Manifest) -> None:
         if g.rank != rank:
             raise _invalid(f"gpus[{rank}] has rank {g.rank}: ranks must be 0..{m.num_gpus - 1} in order")
         _non_negative(where, hbm_bytes_used=g.hbm_bytes_used, hbm_bytes_capacity=g.hbm_bytes_capacity,
-                      predicted_cost_ms=g.predicted_cost_ms)
+                      predicted_cost_ms=g.predicted_cost_ms, trainer_buffer_bytes=g.trainer_buffer_bytes)
         mine = m.tables_on(rank)
         if sorted(g.tables) != sorted(t.name for t in mine):
             raise _invalid(f"{where} lists tables {sorted(g.tables)}, the tables placed on it are "
@@ -310,8 +312,12 @@ def _check_gpus(m: Manifest) -> None:
         used = sum(t.rows_hbm * t.row_bytes for t in mine)
         if abs(g.hbm_bytes_used - used) > 1 + _EPS * used:
             raise _invalid(f"{where}: hbm_bytes_used {g.hbm_bytes_used}, its tables' HBM rows take {used:.0f}")
-        if g.hbm_bytes_used > g.hbm_bytes_capacity:
-            raise _invalid(f"{where} uses {g.hbm_bytes_used} bytes of HBM, more than its {g.hbm_bytes_capacity}")
+        buffers = sum(t.trainer_buffer_bytes for t in mine)
+        if g.trainer_buffer_bytes != buffers:
+            raise _invalid(f"{where}: trainer_buffer_bytes {g.trainer_buffer_bytes}, its tables' add up to {buffers}")
+        if g.hbm_bytes_used + buffers > g.hbm_bytes_capacity:
+            raise _invalid(f"{where} uses {g.hbm_bytes_used} bytes of HBM for rows and {buffers} for the trainer's "
+                           f"buffers, more than its {g.hbm_bytes_capacity}")
         cost = sum(t.predicted_cost_ms for t in mine)
         if abs(g.predicted_cost_ms - cost) > _EPS * max(cost, 1e-12) + 1e-12:
             raise _invalid(f"{where}: predicted_cost_ms {g.predicted_cost_ms}, its tables add up to {cost}")

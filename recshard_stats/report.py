@@ -133,9 +133,11 @@ def fig_gpu_hbm(manifest: Manifest):
     import matplotlib.pyplot as plt
 
     used = np.array([g.hbm_bytes_used for g in manifest.gpus]) / 2**30
+    buffers = np.array([g.trainer_buffer_bytes for g in manifest.gpus]) / 2**30
     cap = manifest.gpus[0].hbm_bytes_capacity / 2**30
     fig, ax = plt.subplots(figsize=(9, 3.5))
-    ax.bar(np.arange(len(used)), used, color="#55a868", label="RecShard HBM rows")
+    ax.bar(np.arange(len(used)), buffers, color="#8172b3", label="trainer buffers (ids, pooled outputs)")
+    ax.bar(np.arange(len(used)), used, bottom=buffers, color="#55a868", label="RecShard HBM rows")
     ax.axhline(cap, color="r", ls="--", lw=1, label=f"usable HBM ({cap:.2f} GiB)")
     ax.set_xticks(np.arange(len(used)), [f"GPU {g}" for g in range(len(used))])
     ax.set_ylabel("GiB")

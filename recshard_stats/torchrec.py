@@ -346,23 +346,38 @@ class TorchRecRating:
         return max(self.hbm_needed) <= self.hbm_usable
 
 
-def rate_in_torchrec(problem: Problem, gpu: tuple[int, ...], rows_hbm: tuple[int, ...]) -> TorchRecRating:
-    """Our placement (``gpu``, ``rows_hbm`` per table) as TorchRec would run it unsplit: table-wise on
-    its rank, ``fused`` wholly in HBM, ``fused_uvm`` wholly in UVM, else ``fused_uvm_caching`` with
-    the HBM share of rows as load factor (the nearest TorchRec kernel to the static split)."""
+def rate_in_torchrec(problem: Problem, gpu: tuple[int, ...], rows_hbm: tuple[int, ...], *,
+                     cache: bool = False) -> TorchRecRating:
+    """Our placement (``gpu``, ``rows_hbm`` per table) in TorchRec's perf and storage models, laid out
+    as :func:`sharding_plan` runs it: table-wise on its rank, ``fused`` wholly in HBM, ``fused_uvm``
+    wholly in UVM, and a table with rows in both tiers as the static split's two parts (``fused``
+    HBM part, ``fused_uvm`` UVM part; each looks up its predicted share of the ids). ``cache=True``:
+    such a table is one ``fused_uvm_caching`` table instead, the HBM share of rows as load factor."""
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
 
-    constraints = {}
+    configs, constraints, rank_of = [], {}, {}
     for j, t in enumerate(problem.tables):
         kernel, load_factor = unsplit_kernel(rows_hbm[j], t.hash_size)
-        constraints[t.name] = ParameterConstraints(
-            sharding_types=["table_wise"], compute_kernels=[kernel], pooling_factors=_pooling_factors(problem, t),
-            feature_names=list(t.features),
-            cache_params=None if load_factor is None else CacheParams(load_factor=load_factor))
+        pooling = _pooling_factors(problem, t)
+        if load_factor is None or cache:
+            parts = [(t.name, t.hash_size, kernel, 1.0, "", load_factor)]
+        else:
+            hot = float(t.hbm_fraction(rows_hbm[j]))
+            parts = [(t.name + HBM_SUFFIX, rows_hbm[j], FUSED, hot, HBM_SUFFIX, None),
+                     (t.name + UVM_SUFFIX, t.hash_size - rows_hbm[j], FUSED_UVM, 1.0 - hot, UVM_SUFFIX, None)]
+        for name, rows, part_kernel, share, suffix, clf in parts:
+            features = [f + suffix for f in t.features]
+            configs.append(EmbeddingBagConfig(name=name, embedding_dim=t.dim, num_embeddings=rows,
+                                              feature_names=features, pooling=PoolingType.SUM))
+            constraints[name] = ParameterConstraints(
+                sharding_types=["table_wise"], compute_kernels=[part_kernel], feature_names=features,
+                pooling_factors=[p * share for p in pooling],
+                cache_params=None if clf is None else CacheParams(load_factor=clf))
+            rank_of[name] = gpu[j]
+    collection = EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
     options = EmbeddingEnumerator(_topology(problem), _local_batch(problem), constraints).enumerate(
-        _collection(problem), [EmbeddingBagCollectionSharder()])
-    rank_of = {t.name: gpu[j] for j, t in enumerate(problem.tables)}
+        collection, [EmbeddingBagCollectionSharder()])
     perf, hbm = [0.0] * problem.num_gpus, [0] * problem.num_gpus
     for option in options:
         shard = option.shards[0]

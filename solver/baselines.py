@@ -1,6 +1,7 @@
 """Meta's greedy family (docs/design.md, "Baselines"): sort tables by a cost metric, descending; put each on the
-least-loaded GPU (load = sum of the metric) whose HBM still holds the whole table; a table
-that fits nowhere stays wholly in UVM, on the least-loaded GPU. No statistics beyond the
+least-loaded GPU (load = sum of the metric) whose HBM still holds the whole table and the
+trainer's buffers for it; a table that fits nowhere stays wholly in UVM, on the least-loaded GPU
+that still holds its buffers. No statistics beyond the
 mean pooling factor are used -- that is what RecShard improves on."""
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ def greedy(problem: Problem, metric: str) -> Plan:
     order = sorted(range(len(problem.tables)), key=lambda j: (-cost(problem.tables[j]), j))
     for j in order:
         table: TableDemand = problem.tables[j]
-        fits = [g for g in range(problem.num_gpus) if free[g] >= table.size_bytes]
-        candidates = fits or list(range(problem.num_gpus))
+        buffers = problem.trainer_bytes[j]
+        fits = [g for g in range(problem.num_gpus) if free[g] >= table.size_bytes + buffers]
+        candidates = fits or [g for g in range(problem.num_gpus) if free[g] >= buffers] or range(problem.num_gpus)
         g = min(candidates, key=lambda g: (load[g], g))
         gpu[j] = g
         load[g] += cost(table)
+        free[g] -= buffers
         if fits:
             rows[j] = table.hash_size
             free[g] -= table.size_bytes

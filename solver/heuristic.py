@@ -1,7 +1,7 @@
 """A balanced assignment from the pooled split: the MILP's warm start, and its fallback at scale.
 
 The pooled water-filling (all HBM shared, see :mod:`solver.waterfill`) gives every table its
-ideal HBM rows, hence a fixed cost ``c_j`` and HBM bytes ``b_j``; its total cost / G is the
+ideal HBM rows, hence a fixed cost ``c_j`` and HBM bytes ``b_j`` (with the trainer's buffers); its total cost / G is the
 lower bound. Placing tables so that each GPU's ``sum b_j`` fits its HBM and the ``sum c_j``
 are even then gives a plan within the imbalance of the bound: the exact split of each GPU
 (polish) can only do better than the pooled rows it can still afford. Longest-processing-time
@@ -22,9 +22,10 @@ MAX_ROUNDS = 10_000
 def balanced_plan(problem: Problem) -> Plan:
     tables = list(range(len(problem.tables)))
     g_count, cap = problem.num_gpus, problem.hbm_capacity
-    pooled = split(problem, tables, cap * g_count)
+    pooled = split(problem, tables, cap * g_count - problem.buffer_bytes(tables))
     cost = np.array([problem.table_cost(j, pooled[j]) for j in tables])
-    size = np.array([pooled[j] * problem.tables[j].row_bytes for j in tables])
+    # HBM a table takes: its pooled rows and the trainer's buffers for it
+    size = np.array([pooled[j] * problem.tables[j].row_bytes + problem.trainer_bytes[j] for j in tables])
     load, used = np.zeros(g_count), np.zeros(g_count)
     gpu = np.zeros(len(tables), dtype=int)
     for j in sorted(tables, key=lambda j: (-cost[j], j)):

@@ -40,10 +40,12 @@ def build_manifest(outcome: Outcome, problem: Problem, model: ModelConfig, hardw
         unused_rows=t.hash_size - t.unique_rows, predicted_hbm_access_fraction=best.table_hbm_fraction[j],
         predicted_cost_ms=best.table_cost[j] * _MS, accesses_per_batch=t.accesses_per_batch,
         pooling_factor=t.pooling_factor, feature_pooling=t.feature_pooling, coverage=t.coverage,
-        row_bytes=t.row_bytes, remap=None) for j, t in enumerate(problem.tables))
+        row_bytes=t.row_bytes, remap=None, trainer_buffer_bytes=problem.trainer_bytes[j])
+        for j, t in enumerate(problem.tables))
     gpus = tuple(GpuPlacement(rank=g, tables=tuple(t.name for t in tables if t.gpu == g),
                               hbm_bytes_used=int(best.gpu_hbm_bytes[g]), hbm_bytes_capacity=int(problem.hbm_capacity),
-                              predicted_cost_ms=best.gpu_cost[g] * _MS) for g in range(problem.num_gpus))
+                              predicted_cost_ms=best.gpu_cost[g] * _MS,
+                              trainer_buffer_bytes=best.gpu_buffer_bytes[g]) for g in range(problem.num_gpus))
     milp = outcome.milp
     plan = PlanSummary(
         solver=options.solver, status=milp.status, source=outcome.source, objective_ms=best.max_cost * _MS,

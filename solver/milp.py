@@ -83,11 +83,12 @@ def build_model(problem: Problem, options: SolveOptions = SolveOptions()) -> pyo
     m.hbm_hits_under_access_cdf = pyo.Constraint(
         m.C, rule=lambda m, j, g, c: m.y[j, g] <= cuts[c][1] * m.f[j, g] + cuts[c][2] * m.x[j, g])
 
-    # capacities in units of themselves: coefficients stay near 1 whatever the byte counts
+    # capacities in units of themselves: coefficients stay near 1 whatever the byte counts;
+    # a table's trainer buffers take HBM on its GPU whatever its rows
     cap = problem.hbm_capacity
     m.hbm_capacity = pyo.Constraint(m.G, rule=lambda m, g: sum(
-        problem.tables[j].size_bytes / cap * m.f[j, g] for j in by_gpu.get(g, [])) <= 1
-        if by_gpu.get(g) else pyo.Constraint.Skip)
+        problem.tables[j].size_bytes / cap * m.f[j, g] + _clean(problem.trainer_bytes[j] / cap) * m.x[j, g]
+        for j in by_gpu.get(g, [])) <= 1 if by_gpu.get(g) else pyo.Constraint.Skip)
     host = problem.hardware.host_bytes
     total = sum(t.size_bytes for t in problem.tables) / host
     m.host_capacity = pyo.Constraint(expr=total - sum(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -95,8 +96,24 @@ class Problem:
 
     @property
     def hbm_capacity(self) -> float:
-        """Usable HBM bytes per GPU (after the reserve)."""
+        """Usable HBM bytes per GPU (after the reserve), for rows and the trainer's buffers."""
         return float(self.hardware.usable_hbm_bytes)
+
+    @functools.cached_property
+    def trainer_bytes(self) -> tuple[int, ...]:
+        """Per table: the HBM its GPU gives the trainer's buffers for it (ids, pooled outputs),
+        whatever its rows (:meth:`HardwareConfig.trainer_bytes`)."""
+        hw = self.hardware
+        return tuple(hw.trainer_bytes(t.accesses_per_batch / hw.batch_size, len(t.features), t.dim)
+                     for t in self.tables)
+
+    def buffer_bytes(self, tables) -> int:
+        """The trainer's buffers of ``tables`` (indices into ``tables``) in HBM."""
+        return sum(self.trainer_bytes[j] for j in tables)
+
+    def rows_capacity(self, tables) -> float:
+        """HBM bytes left for rows on a GPU holding ``tables`` (negative: their buffers overflow it)."""
+        return self.hbm_capacity - self.buffer_bytes(tables)
 
     def table_cost(self, j: int, rows_hbm) -> float:
         """The cost model: per-batch seconds of table j with its rows_hbm hottest rows in HBM."""
@@ -113,15 +130,36 @@ class Problem:
         return self.table_cost(j, self.tables[j].hash_size)
 
     def check_capacity(self) -> None:
-        """Infeasible whatever the plan: all tables must fit in HBM + host memory together."""
+        """Infeasible whatever the plan: the trainer's buffers must fit in HBM (each table's on one
+        GPU, all of them on all GPUs), and all tables in HBM + host memory together."""
+        buffers = self.trainer_bytes
+        hw = self.hardware
+        fixes = (f"lower batch_size ({hw.batch_size})", "raise hbm_per_gpu_gib or lower hbm_reserved_fraction",
+                 "add GPUs" if len(buffers) > 1 else "lower the table's dim")
+        worst = max(range(len(buffers)), key=lambda j: buffers[j], default=None)
+        if worst is not None and buffers[worst] > self.hbm_capacity:
+            raise RecShardError(
+                Reason.INFEASIBLE_HBM,
+                f"table {self.tables[worst].name!r} alone needs {fmt_bytes(buffers[worst])} of HBM for the "
+                f"trainer's ids and pooled outputs at batch {hw.batch_size}, a GPU has "
+                f"{fmt_bytes(self.hbm_capacity)} usable (short by {fmt_bytes(buffers[worst] - self.hbm_capacity)})",
+                fixes=fixes[:2], context={"needed_bytes": int(buffers[worst]), "hbm_bytes": int(self.hbm_capacity)})
+        if sum(buffers) > self.num_gpus * self.hbm_capacity:
+            raise RecShardError(
+                Reason.INFEASIBLE_HBM,
+                f"the trainer's ids and pooled outputs at batch {hw.batch_size} need {fmt_bytes(sum(buffers))} of "
+                f"HBM for all tables, the {self.num_gpus} GPUs have {fmt_bytes(self.num_gpus * self.hbm_capacity)} "
+                f"usable (short by {fmt_bytes(sum(buffers) - self.num_gpus * self.hbm_capacity)})",
+                fixes=fixes, context={"needed_bytes": int(sum(buffers)),
+                                      "hbm_bytes": int(self.num_gpus * self.hbm_capacity)})
         total = sum(t.size_bytes for t in self.tables)
-        hbm = self.num_gpus * self.hbm_capacity
+        hbm = self.num_gpus * self.hbm_capacity - sum(buffers)
         host_needed = total - hbm
         if host_needed > self.hardware.host_bytes:
             raise RecShardError(
                 Reason.INFEASIBLE_HOST,
-                f"tables need {fmt_bytes(total)} in all; with {fmt_bytes(hbm)} of usable HBM "
-                f"({self.num_gpus} GPUs x {fmt_bytes(self.hbm_capacity)}) they need {fmt_bytes(host_needed)} "
+                f"tables need {fmt_bytes(total)} in all; with {fmt_bytes(hbm)} of usable HBM for rows "
+                f"({self.num_gpus} GPUs x {fmt_bytes(self.hbm_capacity)}, less the trainer's buffers) they need {fmt_bytes(host_needed)} "
                 f"of host memory, config gives {fmt_bytes(self.hardware.host_bytes)} "
                 f"(short by {fmt_bytes(host_needed - self.hardware.host_bytes)})",
                 fixes=("raise host_gib", "add GPUs", "shrink hash sizes or dims"),

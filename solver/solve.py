@@ -39,10 +39,12 @@ def solve_problem(problem: Problem, options: SolveOptions = SolveOptions()) -> O
     baselines = tuple(cost_plan(problem, p) for p in all_baselines(problem))
     # the balanced plan comes split already; the baselines' assignments get the exact split
     starts = [cost_plan(problem, p) for p in (balanced_plan(problem), *(polish(problem, b.plan) for b in baselines))]
-    start = min(starts, key=lambda e: e.max_cost)
-    milp = solve_milp(problem, options, start.plan)
+    # an assignment whose trainer buffers overflow a GPU is no start
+    start = min((s for s in starts if not violations(problem, s.plan)), key=lambda e: e.max_cost, default=None)
+    milp = solve_milp(problem, options, start.plan if start else None)
     polished = cost_plan(problem, polish(problem, milp.plan, "recshard"))
-    best, source = (polished, "milp") if polished.max_cost <= start.max_cost else (start, "warm_start")
+    best, source = ((polished, "milp") if start is None or polished.max_cost <= start.max_cost
+                    else (start, "warm_start"))
     broken = violations(problem, best.plan)
     assert not broken, broken  # the split never exceeds a capacity by construction
     bound = lower_bound(problem)

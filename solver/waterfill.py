@@ -41,9 +41,9 @@ def _segments(problem: Problem, tables: list[int]):
 
 
 def split(problem: Problem, tables: list[int], capacity: float) -> dict[int, int]:
-    """Rows in HBM for each of ``tables`` sharing ``capacity`` bytes of HBM."""
+    """Rows in HBM for each of ``tables`` sharing ``capacity`` bytes of HBM for rows."""
     rows = {j: 0 for j in tables}
-    left = capacity
+    left = max(capacity, 0.0)
     for _, n, j in zip(*_segments(problem, tables)):
         rb = problem.tables[j].row_bytes
         take = min(int(n), int(left // rb))
@@ -53,27 +53,29 @@ def split(problem: Problem, tables: list[int], capacity: float) -> dict[int, int
 
 
 def split_assignment(problem: Problem, gpu: tuple[int, ...]) -> tuple[int, ...]:
-    """Best rows_hbm for a given table -> GPU assignment."""
+    """Best rows_hbm for a given table -> GPU assignment (a GPU whose tables' trainer buffers
+    overflow it gets no rows: :func:`~recshard_stats.solver.plan.violations` names it)."""
     rows = [0] * len(problem.tables)
     for g in range(problem.num_gpus):
         mine = [j for j, owner in enumerate(gpu) if owner == g]
-        for j, h in split(problem, mine, problem.hbm_capacity).items():
+        for j, h in split(problem, mine, problem.rows_capacity(mine)).items():
             rows[j] = h
     return tuple(rows)
 
 
 def lower_bound(problem: Problem) -> float:
-    """No plan's slowest GPU can beat: (a) all HBM pooled and water-filled (rows taken
-    fractionally), divided by G, nor (b) the costliest table alone on a GPU with all of its HBM."""
+    """No plan's slowest GPU can beat: (a) all HBM left by the trainer's buffers pooled and
+    water-filled (rows taken fractionally), divided by G, nor (b) the costliest table alone on a
+    GPU with all of its HBM."""
     everything = list(range(len(problem.tables)))
     total = sum(problem.uvm_time(j) for j in everything)
-    left = problem.hbm_capacity * problem.num_gpus
+    left = problem.rows_capacity(everything) + problem.hbm_capacity * (problem.num_gpus - 1)
     for saved, n, j in zip(*_segments(problem, everything)):
         take = min(n, left / problem.tables[j].row_bytes)
         if take <= 0:
             break
         total -= saved * take
         left -= take * problem.tables[j].row_bytes
-    single = max((problem.table_cost(j, split(problem, [j], problem.hbm_capacity)[j]) for j in everything),
+    single = max((problem.table_cost(j, split(problem, [j], problem.rows_capacity([j]))[j]) for j in everything),
                  default=0.0)
     return max(total / problem.num_gpus, single)

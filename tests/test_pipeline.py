@@ -22,7 +22,7 @@ from recshard_stats.options import SolveOptions
 from helpers import SPEC, parquet_keys, remap, replay, run_profile, write_yaml
 
 HARDWARE = {"num_gpus": 2, "hbm_per_gpu_bytes": 600_000, "hbm_reserved_fraction": 0.0, "host_gib": 1,
-            "batch_size": 1024, "bytes_per_element": 4}
+            "batch_size": 64, "bytes_per_element": 4}
 
 
 def independent_index(train_rows: np.ndarray, hash_size: int) -> np.ndarray:
@@ -61,7 +61,7 @@ def test_manifest_matches_json_schema_and_capacities(pipeline):
     manifest = load_manifest(pipeline["manifest"]).manifest
     assert manifest.plan.solver == "cbc" and manifest.plan.gap >= -1e-9
     for gpu in manifest.gpus:
-        assert gpu.hbm_bytes_used <= gpu.hbm_bytes_capacity == 600_000
+        assert gpu.hbm_bytes_used + gpu.trainer_buffer_bytes <= gpu.hbm_bytes_capacity == 600_000
     for t in manifest.tables:
         assert t.remap.path == f"remap/{t.name}.parquet" and t.remap.rows == t.unique_rows
     assert {b.name for b in manifest.plan.baselines} == {"greedy_size", "greedy_lookup", "greedy_size_lookup"}
@@ -76,7 +76,8 @@ def test_solve_with_each_required_solver(pipeline, solver, tmp_path):
                              options=SolveOptions(solver=solver, time_limit_s=20))
     jsonschema.validate(json.loads(path.read_text()), json.loads(SCHEMA_PATH.read_text()))
     manifest = load_manifest(path).manifest
-    assert manifest.plan.solver == solver and manifest.plan.gap < 0.05
+    # proven optimal; the bound pools HBM over GPUs, so on 5 tables it stays a few % below
+    assert manifest.plan.solver == solver and manifest.plan.status == "optimal" and manifest.plan.gap < 0.1
     torchrec = json.loads((path.parent / "torchrec_plan.json").read_text())
     for t in manifest.tables:
         exported = torchrec["tables"][t.name]
@@ -228,7 +229,7 @@ def test_criteo_split_in_two_replays_as_predicted(spark, criteo_tsv, tmp_path):
     (tmp_path / "b.tsv").write_text("".join(lines[half:]))
     model_path = ROOT / "conf" / "criteo_kaggle.yaml"
     hw = write_yaml(tmp_path / "hw.yaml", {"num_gpus": 2, "hbm_per_gpu_bytes": 3_000_000, "hbm_reserved_fraction": 0,
-                                           "host_gib": 64, "batch_size": 2048})
+                                           "host_gib": 64, "batch_size": 256})
     stats = run_profile(model_path, tmp_path / "a.tsv", tmp_path / "stats", "2026-12-01", "--row-counts")
     # the replay is checked against the plan, whatever its quality: a short solve will do
     manifest = solve_to_manifest(stats, model_path, hw, tmp_path / "manifests",

@@ -19,8 +19,10 @@ SOLVERS = [s for s in milp.SOLVERS if milp.available(s)]
 
 
 def hardware(**kw) -> HardwareConfig:
+    """Hand-sized hardware; the trainer's buffers are left out unless a test sets their sizes."""
     base = dict(num_gpus=2, hbm_bytes_per_gpu=2, hbm_reserved_fraction=0.0, host_bytes=100, hbm_bandwidth=1000.0,
-                uvm_bandwidth=1.0, batch_size=1, bytes_per_element=1, optimizer_state_multiplier=1.0)
+                uvm_bandwidth=1.0, batch_size=1, bytes_per_element=1, optimizer_state_multiplier=1.0,
+                index_bytes=0, output_bytes_per_element=0)
     return HardwareConfig(**{**base, **kw})
 
 

@@ -196,7 +196,7 @@ def run_manifest(spark, tmp_path_factory):
     root = tmp_path_factory.mktemp("torchrec_run")
     spec = write_yaml(root / "spec.yaml", SPEC)
     hw = write_yaml(root / "hw.yaml", {"num_gpus": 2, "hbm_per_gpu_bytes": 600_000, "hbm_reserved_fraction": 0.0,
-                                       "host_gib": 1, "batch_size": 1024})
+                                       "host_gib": 1, "batch_size": 64})
     assert cli.main(["run", "--out", str(root / "run"), "--spec", str(spec), "--hardware", str(hw),
                      "--samples", "20000", "--time-limit", "10"]) == 0
     return root / "run" / "manifests" / "ds=2026-12-01"
@@ -222,6 +222,25 @@ def test_the_run_manifests_plan_drives_distributed_model_parallel_on_cpu(run_man
     for rank, (owned, error) in by_rank.items():
         assert owned == expected[rank]  # each table (part) lives on the manifest's rank
         assert error < 1e-5
+
+
+@pytest.mark.slow  # shares the `recshard run` above
+def test_the_run_manifests_plan_fits_torchrecs_storage_estimate(run_manifest):
+    from recshard_stats.solver.problem import build_problem
+    from recshard_stats.stats_reader import load_stats
+    from recshard_stats.torchrec import rate_in_torchrec
+
+    manifest = load_manifest(run_manifest).manifest
+    problem = build_problem(load_stats(manifest.inputs.stats), manifest.model, manifest.hardware)
+    gpu, rows = tuple(t.gpu for t in manifest.tables), tuple(t.rows_hbm for t in manifest.tables)
+    rating = rate_in_torchrec(problem, gpu, rows)
+    assert rating.fits, (rating.hbm_needed, rating.hbm_usable)
+    # the manifest's own account: rows and the trainer's buffers within the usable HBM
+    assert all(0 < g.trainer_buffer_bytes and g.hbm_bytes_used + g.trainer_buffer_bytes <= g.hbm_bytes_capacity
+               for g in manifest.gpus)
+    # TorchRec's own cache instead of the split needs its cache state in HBM too: a plan for the
+    # split does not leave room for it
+    assert not rate_in_torchrec(problem, gpu, rows, cache=True).fits
 
 
 def test_unsplit_plans_use_torchrecs_cache_only_when_asked(loaded):
@@ -258,9 +277,11 @@ def _problem():
     from test_solver import random_problem
 
     problem = random_problem(12, 2, seed=4)
+    # fp32 rows, as TorchRec's tables hold them; 4x the HBM keeps the same pressure
     hw = dataclasses.replace(problem.hardware, hbm_bytes_per_gpu=problem.hardware.hbm_bytes_per_gpu * 4,
                              batch_size=4096)
-    return dataclasses.replace(problem, hardware=hw)
+    tables = tuple(dataclasses.replace(t, row_bytes=4.0 * t.dim) for t in problem.tables)
+    return dataclasses.replace(problem, tables=tables, hardware=hw)
 
 
 def test_torchrec_plans_are_costed_shard_by_shard_in_our_model():
@@ -306,3 +327,27 @@ def test_torchrecs_planner_is_a_baseline_rated_in_both_models():
     assert rating.rating_ms > 0
     weights = cost_plan(problem, plan).gpu_hbm_bytes
     assert all(need >= w for need, w in zip(rating.hbm_needed, weights))  # weights and more (inputs, outputs)
+
+
+def test_a_solved_plan_fits_torchrecs_storage_estimate():
+    """The solver keeps HBM for the trainer's ids and pooled outputs: its plan fits TorchRec's own
+    storage estimate for the same ranks and kernels (the static split's parts); the same solve
+    without them fills HBM with rows and overflows it."""
+    from recshard_stats.solver.solve import solve_problem
+    from recshard_stats.torchrec import rate_in_torchrec
+
+    base = _problem()
+    with_buffers = dataclasses.replace(base, hardware=dataclasses.replace(
+        base.hardware, index_bytes=8, output_bytes_per_element=4))
+    from recshard_stats.options import SolveOptions
+
+    options = SolveOptions(solver="highs", time_limit_s=20, mip_gap=0.01)
+    ratings = {}
+    for name, problem in (("buffers", with_buffers), ("rows only", base)):
+        plan = solve_problem(problem, options).best.plan
+        assert any(0 < h < t.hash_size for h, t in zip(plan.rows_hbm, problem.tables))  # split tables
+        ratings[name] = rate_in_torchrec(problem, plan.gpu, plan.rows_hbm)
+    fitted, unfitted = ratings["buffers"], ratings["rows only"]
+    assert fitted.fits, (fitted.hbm_needed, fitted.hbm_usable)
+    assert max(fitted.hbm_needed) > 0.9 * fitted.hbm_usable  # and still uses the HBM it has
+    assert not unfitted.fits
