@@ -103,7 +103,9 @@ def main() -> None:
                 continue
             t0 = time.time()
             try:
-                outcome = solve_problem(problem, SolveOptions(solver=solver, time_limit_s=args.time_limit, mip_gap=args.mip_gap))
+                # TorchRec's planner runs once per instance, above, not once per solver
+                outcome = solve_problem(problem, SolveOptions(solver=solver, time_limit_s=args.time_limit,
+                                                              mip_gap=args.mip_gap, torchrec_baselines=False))
             except Exception as exc:  # a benchmark reports a failed solver and goes on
                 print(f"{solver}: failed after {time.time() - t0:.1f}s: {exc}", flush=True)
                 continue

@@ -48,3 +48,37 @@ def placement_cost(num_gpus: int, gpu: Sequence[int], accesses_per_batch: Sequen
         uvm += a * (1 - f)
         total += a
     return GpuCosts(tuple(table_cost), tuple(gpu_cost), uvm / total if total else 0.0)
+
+
+# share of a table's lookups one TorchRec shard serves: ids hash uniformly over rows, so a row
+# shard serves its share of the rows; column shards serve every lookup (on their share of the
+# bytes); a data-parallel table serves 1/G of the lookups on each rank
+_LOOKUP_SHARE = {"row_wise": "rows", "table_row_wise": "rows", "grid_shard": "rows", "data_parallel": "ranks"}
+
+
+def shard_cost(num_gpus: int, shards, tables, accesses_per_batch: Sequence[float], hbm_fraction,
+               hbm_bandwidth: float, uvm_bandwidth: float) -> GpuCosts:
+    """A TorchRec plan's shards (``recshard_stats.manifest.TorchRecShard``) costed in this model.
+    ``tables``: name, hash_size, dim and row_bytes of each table; ``hbm_fraction(j, rows)``: the HBM
+    share of table j's accesses with its ``rows`` hottest rows in HBM. A ``fused`` shard is served
+    from HBM, ``fused_uvm`` from UVM, ``fused_uvm_caching`` from a cache of its load factor taken to
+    hold the hottest rows."""
+    from recshard_stats.export import FUSED_UVM, FUSED_UVM_CACHING
+
+    index = {t.name: j for j, t in enumerate(tables)}
+    gpu, accesses, row_bytes, fractions = [], [], [], []
+    for s in shards:
+        j = index[s.table]
+        t = tables[j]
+        if s.compute_kernel == FUSED_UVM:
+            f = 0.0
+        elif s.compute_kernel == FUSED_UVM_CACHING:
+            f = float(hbm_fraction(j, s.cache_load_factor * t.hash_size))
+        else:
+            f = 1.0
+        share = {"rows": s.rows / t.hash_size, "ranks": 1.0 / num_gpus}.get(_LOOKUP_SHARE.get(s.sharding_type), 1.0)
+        gpu.append(s.rank)
+        accesses.append(accesses_per_batch[j] * share)
+        row_bytes.append(t.row_bytes * s.cols / t.dim)
+        fractions.append(f)
+    return placement_cost(num_gpus, gpu, accesses, row_bytes, fractions, hbm_bandwidth, uvm_bandwidth)

@@ -157,6 +157,34 @@ class BaselinePlan:
 
 
 @dataclasses.dataclass(frozen=True)
+class TorchRecShard:
+    """One shard of a TorchRec plan: its table, layout, rank and size."""
+    table: str
+    sharding_type: str                   # table_wise, row_wise, column_wise, data_parallel, ...
+    compute_kernel: str                  # fused, fused_uvm, fused_uvm_caching, ...
+    rank: int
+    rows: int
+    cols: int
+    cache_load_factor: float | None = None   # fused_uvm_caching: the share of the table's rows cached
+
+
+@dataclasses.dataclass(frozen=True)
+class TorchRecPlan:
+    """A plan of TorchRec's own planner for the same tables and hardware, costed in our model
+    shard by shard and rated by TorchRec's perf model; ``error``: TorchRec found no plan."""
+    name: str
+    planning_seconds: float
+    error: str | None
+    shards: tuple[TorchRecShard, ...]
+    max_cost_ms: float | None
+    imbalance: float | None
+    uvm_access_fraction: float | None
+    cost_vs_recshard: float | None
+    gpu_cost_ms: tuple[float, ...]
+    torchrec_rating_ms: float | None     # TorchRec's estimate of its slowest rank
+
+
+@dataclasses.dataclass(frozen=True)
 class PlanSummary:
     solver: str
     status: str                   # "optimal" or "time_limit"
@@ -170,6 +198,8 @@ class PlanSummary:
     imbalance: float
     uvm_access_fraction: float
     baselines: tuple[BaselinePlan, ...]
+    torchrec: tuple[TorchRecPlan, ...] = ()     # TorchRec's planner (when torchrec is installed)
+    torchrec_rating_ms: float | None = None     # this plan in TorchRec's perf model, split as it runs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -333,6 +363,21 @@ def _check_plan(m: Manifest) -> None:
         raise _invalid(f"plan: objective_ms {plan.objective_ms} is not the slowest GPU's cost {slowest}")
     if plan.imbalance < 1 - _EPS:
         raise _invalid(f"plan: imbalance {plan.imbalance} is below 1")
+    names = {t.name for t in m.tables}
+    for tp in plan.torchrec:
+        where = f"TorchRec plan {tp.name!r}"
+        if (tp.error is None) == (tp.max_cost_ms is None) or (tp.error is None and not tp.shards):
+            raise _invalid(f"{where}: needs either an error or shards with a cost")
+        if tp.error is None:
+            _non_negative(where, max_cost_ms=tp.max_cost_ms, planning_seconds=tp.planning_seconds)
+            _fraction(where, "uvm_access_fraction", tp.uvm_access_fraction)
+            if len(tp.gpu_cost_ms) != m.num_gpus:
+                raise _invalid(f"{where}: needs a cost for each of the {m.num_gpus} GPUs")
+        for s in tp.shards:
+            if s.table not in names or not 0 <= s.rank < m.num_gpus or s.rows < 0 or s.cols < 0:
+                raise _invalid(f"{where}: shard {s} names no table of the manifest or no GPU below {m.num_gpus}")
+            if s.cache_load_factor is not None:
+                _fraction(where, "cache_load_factor", s.cache_load_factor)
     for b in plan.baselines:
         where = f"baseline {b.name!r}"
         _non_negative(where, max_cost_ms=b.max_cost_ms)

@@ -128,6 +128,10 @@ class SolveOptions:
     mip_gap: float = _opt(0.01, "relative MIP gap to stop at")
     cdf_segments: int = _opt(16, "linear pieces of each table's access CDF in the MILP")
     symmetry_breaking: bool = _opt(True, "", flag="--no-symmetry-breaking")
+    torchrec_baselines: bool = _opt(True, "leave out TorchRec's planner as a baseline (it runs when torchrec is "
+                                          "installed)", flag="--no-torchrec")
+    torchrec_timeout_s: int = _opt(120, "seconds TorchRec's planner may search (it keeps its best plan)",
+                                   flag="--torchrec-timeout")
 
     def __post_init__(self):
         if self.solver not in SOLVERS:
@@ -138,6 +142,8 @@ class SolveOptions:
             raise _invalid(f"--mip-gap must be in [0, 1), got {self.mip_gap}")
         if self.cdf_segments < 1:
             raise _invalid(f"--cdf-segments must be at least 1, got {self.cdf_segments}")
+        if self.torchrec_timeout_s < 1:
+            raise _invalid(f"--torchrec-timeout must be at least 1 second, got {self.torchrec_timeout_s}")
 
 
 @dataclasses.dataclass(frozen=True)

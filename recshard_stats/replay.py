@@ -12,7 +12,7 @@ import dataclasses
 import json
 import pathlib
 
-from recshard_stats.costmodel import placement_cost
+from recshard_stats.costmodel import GpuCosts, placement_cost, shard_cost
 from recshard_stats.manifest import Manifest
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.typed_json import DecodeError, from_plain
@@ -48,7 +48,7 @@ class ReplayedTable:
 class Evaluation:
     """``evaluation.json``: the held-out day replayed through RecShard's plan and each baseline."""
     num_samples: int
-    plans: dict[str, ReplayedPlan]      # "recshard" first, then the baselines
+    plans: dict[str, ReplayedPlan]      # "recshard" first, then the baselines and TorchRec's plans
     tables: tuple[ReplayedTable, ...]
     manifest: str
     logs: tuple[str, ...]
@@ -64,13 +64,30 @@ def load_evaluation(path: str | pathlib.Path) -> Evaluation:
                             f"({exc})", fixes=("run `recshard evaluate` again",)) from None
 
 
+RECSHARD = "recshard"
+
+
+def placements(manifest: Manifest) -> list[tuple[str, str, int, int]]:
+    """(plan, table, rows_hbm, unseen_below) of every table whose HBM share the replay must
+    measure: RecShard's plan, and each TorchRec plan's cached tables. A cache of load factor c is
+    taken to hold the hottest seen rows, at most ``c * hash_size`` of them (never-seen rows it
+    would take in as they come are not counted: a lower bound on a dynamic cache)."""
+    out = [(RECSHARD, t.name, t.rows_hbm, t.unseen_hbm_below_row) for t in manifest.tables]
+    sizes = {t.name: t for t in manifest.tables}
+    for plan in manifest.plan.torchrec:
+        cached = {s.table: s.cache_load_factor for s in plan.shards if s.cache_load_factor is not None}
+        out += [(plan.name, name, min(round(c * sizes[name].hash_size), sizes[name].unique_rows), 0)
+                for name, c in sorted(cached.items())]
+    return out
+
+
 def tier_hits(row_counts, remap, placement):
-    """Per table: held-out accesses, those served from HBM under the plan, and accesses to rows
-    the profile never saw.
+    """Per plan and table: held-out accesses, those served from HBM under the plan, and accesses
+    to rows the profile never saw.
 
     row_counts: (table, row, access_count); remap: (table, row, index) of seen rows;
-    placement: (table, rows_hbm, unseen_below). A seen row is in HBM iff index < rows_hbm, a
-    never-seen one iff row < unseen_below (see recshard_stats.manifest).
+    placement: (plan, table, rows_hbm, unseen_below), see :func:`placements`. A seen row is in
+    HBM iff index < rows_hbm, a never-seen one iff row < unseen_below (see recshard_stats.manifest).
     """
     from pyspark.sql import functions as F
 
@@ -78,17 +95,14 @@ def tier_hits(row_counts, remap, placement):
               .join(F.broadcast(placement), "table"))
     in_hbm = F.when(F.col("index").isNull(), F.col("row") < F.col("unseen_below")) \
         .otherwise(F.col("index") < F.col("rows_hbm"))
-    return joined.groupBy("table").agg(
+    return joined.groupBy("plan", "table").agg(
         F.sum("access_count").alias("accesses"),
         F.sum(F.when(in_hbm, F.col("access_count")).otherwise(0)).alias("hbm_accesses"),
         F.sum(F.when(F.col("index").isNull(), F.col("access_count")).otherwise(0)).alias("unseen_accesses"))
 
 
-def _replayed(manifest: Manifest, gpu, hbm_fraction, accesses_per_batch, predicted_max_cost_ms: float,
-              predicted_uvm_access_fraction: float, recshard_ms: float | None) -> ReplayedPlan:
-    hw = manifest.hardware
-    cost = placement_cost(manifest.num_gpus, gpu, accesses_per_batch, [t.row_bytes for t in manifest.tables],
-                          hbm_fraction, hw.hbm_bandwidth, hw.uvm_bandwidth)
+def _replayed(cost: GpuCosts, predicted_max_cost_ms: float, predicted_uvm_access_fraction: float,
+              recshard_ms: float | None) -> ReplayedPlan:
     max_ms = cost.max_cost * _MS
     return ReplayedPlan(max_cost_ms=max_ms, gpu_cost_ms=tuple(c * _MS for c in cost.gpu_cost),
                         imbalance=cost.imbalance, uvm_access_fraction=cost.uvm_access_fraction,
@@ -97,31 +111,48 @@ def _replayed(manifest: Manifest, gpu, hbm_fraction, accesses_per_batch, predict
                         cost_vs_recshard=max_ms / recshard_ms if recshard_ms else 1.0)
 
 
-def summarize(manifest: Manifest, hits: dict[str, dict], num_samples: int, *, manifest_path: str,
+def summarize(manifest: Manifest, hits: dict[tuple[str, str], dict], num_samples: int, *, manifest_path: str,
               logs) -> Evaluation:
-    """hits: table -> {accesses, hbm_accesses, unseen_accesses} on the held-out data."""
-    batch = manifest.hardware.batch_size
+    """hits: (plan, table) -> {accesses, hbm_accesses, unseen_accesses} on the held-out data."""
+    batch, hw = manifest.hardware.batch_size, manifest.hardware
     none = {"accesses": 0, "hbm_accesses": 0, "unseen_accesses": 0}
-    measured = [hits.get(t.name, none) for t in manifest.tables]
+
+    def fraction(plan: str, table: str) -> float:
+        h = hits.get((plan, table), none)
+        return h["hbm_accesses"] / h["accesses"] if h["accesses"] else 1.0
+
+    measured = [hits.get((RECSHARD, t.name), none) for t in manifest.tables]
     accesses = [batch * h["accesses"] / num_samples for h in measured]
-    fractions = [h["hbm_accesses"] / h["accesses"] if h["accesses"] else 1.0 for h in measured]
+    fractions = [fraction(RECSHARD, t.name) for t in manifest.tables]
     tables = tuple(ReplayedTable(
         name=t.name, gpu=t.gpu, accesses=h["accesses"], hbm_access_fraction=f,
         predicted_hbm_access_fraction=t.predicted_hbm_access_fraction,
         unseen_access_fraction=h["unseen_accesses"] / h["accesses"] if h["accesses"] else 0.0,
         accesses_per_batch=a, predicted_accesses_per_batch=t.accesses_per_batch)
         for t, h, a, f in zip(manifest.tables, measured, accesses, fractions))
-    recshard = _replayed(manifest, [t.gpu for t in manifest.tables], fractions, accesses,
-                         manifest.plan.objective_ms, manifest.plan.uvm_access_fraction, None)
-    plans = {"recshard": recshard}
+    row_bytes = [t.row_bytes for t in manifest.tables]
+
+    def cost(gpu, hbm_fraction) -> GpuCosts:
+        return placement_cost(manifest.num_gpus, gpu, accesses, row_bytes, hbm_fraction, hw.hbm_bandwidth,
+                              hw.uvm_bandwidth)
+
+    recshard = _replayed(cost([t.gpu for t in manifest.tables], fractions), manifest.plan.objective_ms,
+                         manifest.plan.uvm_access_fraction, None)
+    plans = {RECSHARD: recshard}
     for b in manifest.plan.baselines:
         # baselines keep whole tables in HBM or in UVM: their hit rate needs no remap
         whole = [1.0 if rows == t.hash_size else 0.0 if rows == 0 else None
                  for rows, t in zip(b.rows_hbm, manifest.tables)]
         if None in whole:
             continue
-        plans[b.name] = _replayed(manifest, b.gpu, whole, accesses, b.max_cost_ms, b.uvm_access_fraction,
-                                  recshard.max_cost_ms)
+        plans[b.name] = _replayed(cost(b.gpu, whole), b.max_cost_ms, b.uvm_access_fraction, recshard.max_cost_ms)
+    for tp in manifest.plan.torchrec:
+        if tp.error is not None:
+            continue
+        shards = shard_cost(manifest.num_gpus, tp.shards, manifest.tables, accesses,
+                            lambda j, rows, name=tp.name: fraction(name, manifest.tables[j].name),
+                            hw.hbm_bandwidth, hw.uvm_bandwidth)
+        plans[tp.name] = _replayed(shards, tp.max_cost_ms, tp.uvm_access_fraction, recshard.max_cost_ms)
     return Evaluation(num_samples=num_samples, plans=plans, tables=tables, manifest=manifest_path,
                       logs=tuple(logs), ds=manifest.ds)
 

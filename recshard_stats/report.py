@@ -107,9 +107,10 @@ def fig_coverage_unused(stats: StatsPartition):
 
 
 def _plans(manifest: Manifest) -> list[tuple[str, list[float]]]:
-    """(name, per-GPU cost ms) for RecShard and each baseline."""
+    """(name, per-GPU cost ms) for RecShard, each baseline and each TorchRec plan."""
     return [("recshard", [g.predicted_cost_ms for g in manifest.gpus]),
-            *((b.name, list(b.gpu_cost_ms)) for b in manifest.plan.baselines)]
+            *((b.name, list(b.gpu_cost_ms)) for b in manifest.plan.baselines),
+            *((t.name, list(t.gpu_cost_ms)) for t in manifest.plan.torchrec if t.error is None)]
 
 
 def fig_gpu_cost(manifest: Manifest):
@@ -125,7 +126,7 @@ def fig_gpu_cost(manifest: Manifest):
     ax.set_xticks(gpus + 0.4 - width / 2, [f"GPU {g}" for g in gpus])
     ax.set_ylabel("predicted embedding time per batch (ms)")
     ax.legend(fontsize=7)
-    ax.set_title("Per-GPU cost: RecShard vs greedy baselines")
+    ax.set_title("Per-GPU cost: RecShard vs greedy baselines and TorchRec's planner")
     return fig
 
 
@@ -162,19 +163,26 @@ def fig_replay(evaluation: Evaluation):
 
 
 def _summary_table(manifest: Manifest, evaluation: Evaluation | None) -> str:
+    """Every plan in our cost model (and replayed, when an evaluation is given), with TorchRec's
+    rating of it where the manifest has one; a TorchRec plan that failed shows TorchRec's error."""
     plan = manifest.plan
-    rows = [("recshard", plan.objective_ms, plan.imbalance, plan.uvm_access_fraction, 1.0)]
-    rows += [(b.name, b.max_cost_ms, b.imbalance, b.uvm_access_fraction, b.cost_vs_recshard)
+    rows = [("recshard", plan.objective_ms, plan.imbalance, plan.uvm_access_fraction, 1.0, plan.torchrec_rating_ms)]
+    rows += [(b.name, b.max_cost_ms, b.imbalance, b.uvm_access_fraction, b.cost_vs_recshard, None)
              for b in plan.baselines]
+    rows += [(t.name, t.max_cost_ms, t.imbalance, t.uvm_access_fraction, t.cost_vs_recshard, t.torchrec_rating_ms)
+             for t in plan.torchrec if t.error is None]
     replay = evaluation.plans if evaluation else {}
     head = ("<tr><th>plan</th><th>max GPU ms/batch</th><th>imbalance</th><th>UVM accesses</th>"
-            "<th>cost vs RecShard</th><th>replayed ms</th><th>replayed UVM</th></tr>")
+            "<th>cost vs RecShard</th><th>replayed ms</th><th>replayed UVM</th><th>TorchRec's rating ms</th></tr>")
     body = "".join(
         f"<tr><td>{html.escape(n)}</td><td>{c:.4f}</td><td>{i:.2f}</td><td>{u:.2%}</td><td>{r:.2f}x</td>"
         + (f"<td>{replay[n].max_cost_ms:.4f}</td><td>{replay[n].uvm_access_fraction:.2%}</td>"
-           if n in replay else "<td>-</td><td>-</td>") + "</tr>"
-        for n, c, i, u, r in rows)
-    return f"<table>{head}{body}</table>"
+           if n in replay else "<td>-</td><td>-</td>")
+        + (f"<td>{rating:.4f}</td>" if rating is not None else "<td>-</td>") + "</tr>"
+        for n, c, i, u, r, rating in rows)
+    failed = "".join(f"<li>{html.escape(t.name)}: no plan after {t.planning_seconds:.1f}s: {html.escape(t.error)}</li>"
+                     for t in plan.torchrec if t.error is not None)
+    return f"<table>{head}{body}</table>" + (f'<ul id="torchrec-errors">{failed}</ul>' if failed else "")
 
 
 def render(manifest_path, stats_path=None, evaluation_path=None) -> str:

@@ -149,7 +149,7 @@ def replay_logs(spark, options: ReplayOptions) -> pathlib.Path:
     from recshard_stats.manifest import load_manifest
     from recshard_stats.profile_assembly import ProfileLayout
     from recshard_stats.profiler import profile
-    from recshard_stats.replay import EVALUATION_NAME, format_summary, summarize, tier_hits
+    from recshard_stats.replay import EVALUATION_NAME, format_summary, placements, summarize, tier_hits
     from recshard_stats.typed_json import to_plain
 
     loaded = load_manifest(options.manifest, require_remap=True)
@@ -164,9 +164,9 @@ def replay_logs(spark, options: ReplayOptions) -> pathlib.Path:
             part = (spark.read.parquet(local_uri(loaded.remap_path(t.name)))
                     .select(F.lit(t.name).alias("table"), "row", "index"))
             remap = part if remap is None else remap.unionByName(part)
-        placement = spark.createDataFrame([(t.name, t.rows_hbm, t.unseen_hbm_below_row) for t in manifest.tables],
-                                          "table string, rows_hbm bigint, unseen_below bigint")
-        hits = {r["table"]: r.asDict() for r in tier_hits(result.row_counts, remap, placement).collect()}
+        placement = spark.createDataFrame(placements(manifest),
+                                          "plan string, table string, rows_hbm bigint, unseen_below bigint")
+        hits = {(r["plan"], r["table"]): r.asDict() for r in tier_hits(result.row_counts, remap, placement).collect()}
     finally:
         result.release()
     summary = summarize(manifest, hits, result.num_samples, manifest_path=str(loaded.path), logs=options.logs)

@@ -22,7 +22,9 @@ every kernel to it (the placement is the same); ``fused_uvm`` and the HBM/UVM sp
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 
 import numpy as np
 import torch
@@ -33,9 +35,9 @@ from torchrec.distributed.planner.types import ParameterConstraints
 from torchrec.distributed.sharding_plan import construct_module_sharding_plan, table_wise
 from torchrec.distributed.types import CacheParams, CacheStatistics, ShardingPlan
 
-from recshard_stats.costmodel import GpuCosts, placement_cost
+from recshard_stats.costmodel import GpuCosts, shard_cost
 from recshard_stats.export import FUSED, FUSED_UVM, FUSED_UVM_CACHING, unsplit_kernel
-from recshard_stats.manifest import Manifest, ManifestFile, TablePlacement
+from recshard_stats.manifest import Manifest, ManifestFile, TablePlacement, TorchRecShard
 from recshard_stats.solver.problem import Problem, TableDemand
 
 HBM_SUFFIX, UVM_SUFFIX = "__hbm", "__uvm"
@@ -272,42 +274,37 @@ class TorchRecBaseline:
     """A plan of TorchRec's own planner for the same tables and hardware, in both cost models."""
     name: str
     planning_seconds: float
+    shards: tuple[TorchRecShard, ...]     # empty when TorchRec found no plan
     cost: GpuCosts | None                 # in our cost model; None when TorchRec found no plan
     torchrec_rating_ms: float | None      # TorchRec's perf model: its slowest rank's estimate
-    layouts: dict[str, int]               # "sharding_type/kernel" -> tables planned so
     error: str | None                     # TorchRec's PlannerError, when it found no plan
 
+    @property
+    def layouts(self) -> dict[str, int]:
+        """"sharding_type/kernel" -> tables planned so."""
+        layouts = {f"{s.sharding_type}/{s.compute_kernel}": set() for s in self.shards}
+        for s in self.shards:
+            layouts[f"{s.sharding_type}/{s.compute_kernel}"].add(s.table)
+        return {layout: len(tables) for layout, tables in layouts.items()}
 
-# share of a table's lookups that one shard serves
-_LOOKUP_SHARE = {"table_wise": lambda rows, t, g: 1.0, "column_wise": lambda rows, t, g: 1.0,
-                 "table_column_wise": lambda rows, t, g: 1.0, "row_wise": lambda rows, t, g: rows / t.hash_size,
-                 "table_row_wise": lambda rows, t, g: rows / t.hash_size,
-                 "grid_shard": lambda rows, t, g: rows / t.hash_size, "data_parallel": lambda rows, t, g: 1.0 / g}
+
+def torchrec_shards(options) -> tuple[TorchRecShard, ...]:
+    """TorchRec's chosen ShardingOptions as plain shards (a cache without a load factor gets
+    TorchRec's default)."""
+    return tuple(TorchRecShard(
+        table=option.name, sharding_type=option.sharding_type, compute_kernel=option.compute_kernel,
+        rank=shard.rank, rows=shard.size[0], cols=shard.size[1],
+        cache_load_factor=(option.cache_load_factor or UVM_CACHING_RATIO)
+        if option.compute_kernel == FUSED_UVM_CACHING else None)
+        for option in options for shard in option.shards)
 
 
-def cost_torchrec_plan(problem: Problem, options: list) -> GpuCosts:
-    """TorchRec's chosen ShardingOptions costed in our model: each shard serves its share of the
-    table's lookups (row shards: their share of rows, as ids hash uniformly; column shards: all
-    lookups, on their share of the row bytes) from HBM (``fused``), UVM (``fused_uvm``) or a cache
-    of its load factor holding the hottest rows (``fused_uvm_caching``: F(load factor * rows))."""
-    tables = {t.name: t for t in problem.tables}
-    gpu, accesses, row_bytes, fractions = [], [], [], []
-    for option in options:
-        t = tables[option.name]
-        for shard in option.shards:
-            rows, cols = shard.size
-            if option.compute_kernel == FUSED_UVM:
-                f = 0.0
-            elif option.compute_kernel == FUSED_UVM_CACHING:  # TorchRec's default load factor when unset
-                f = float(t.hbm_fraction((option.cache_load_factor or UVM_CACHING_RATIO) * t.hash_size))
-            else:
-                f = 1.0
-            gpu.append(shard.rank)
-            accesses.append(t.accesses_per_batch * _LOOKUP_SHARE[option.sharding_type](rows, t, problem.num_gpus))
-            row_bytes.append(t.row_bytes * cols / t.dim)
-            fractions.append(f)
+def cost_torchrec_plan(problem: Problem, shards) -> GpuCosts:
+    """A TorchRec plan costed in our model, shard by shard (:func:`recshard_stats.costmodel.shard_cost`):
+    a cache of load factor c is taken to hold the hottest rows, so it serves F(c * rows)."""
     hw = problem.hardware
-    return placement_cost(problem.num_gpus, gpu, accesses, row_bytes, fractions, hw.hbm_bandwidth, hw.uvm_bandwidth)
+    return shard_cost(problem.num_gpus, shards, problem.tables, [t.accesses_per_batch for t in problem.tables],
+                      lambda j, rows: problem.tables[j].hbm_fraction(rows), hw.hbm_bandwidth, hw.uvm_bandwidth)
 
 
 def _collection(problem: Problem) -> EmbeddingBagCollection:
@@ -346,6 +343,20 @@ class TorchRecRating:
         return max(self.hbm_needed) <= self.hbm_usable
 
 
+@contextlib.contextmanager
+def _quiet_planner():
+    """TorchRec's planner logs a page of tables per plan (and warns about our made-up topology):
+    keep it to errors while we plan."""
+    logger = logging.getLogger("torchrec")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+@_quiet_planner()
 def rate_in_torchrec(problem: Problem, gpu: tuple[int, ...], rows_hbm: tuple[int, ...], *,
                      cache: bool = False) -> TorchRecRating:
     """Our placement (``gpu``, ``rows_hbm`` per table) in TorchRec's perf and storage models, laid out
@@ -387,6 +398,7 @@ def rate_in_torchrec(problem: Problem, gpu: tuple[int, ...], rows_hbm: tuple[int
     return TorchRecRating(max(perf), tuple(hbm), usable)
 
 
+@_quiet_planner()
 def torchrec_baselines(problem: Problem, timeout_s: int | None = None) -> list[TorchRecBaseline]:
     """TorchRec's planner on the problem's tables, hardware (usable HBM by a fixed reservation,
     host memory split over the ranks, both bandwidths) and global batch (``batch_size / G`` per
@@ -423,17 +435,15 @@ def torchrec_baselines(problem: Problem, timeout_s: int | None = None) -> list[T
         try:
             planner.plan(collection, [EmbeddingBagCollectionSharder()])
         except PlannerError as exc:
-            results.append(TorchRecBaseline(name, time.time() - started, None, None, {}, str(exc).strip()))
+            results.append(TorchRecBaseline(name, time.time() - started, (), None, None, str(exc).strip()))
             continue
         seconds = time.time() - started
         options = planner._best_plan  # the chosen ShardingOptions, with TorchRec's per-shard estimates
         rank_perf = [0.0] * g
-        layouts: dict[str, int] = {}
         for option in options:
-            layout = f"{option.sharding_type}/{option.compute_kernel}"
-            layouts[layout] = layouts.get(layout, 0) + 1
             for shard in option.shards:
                 rank_perf[shard.rank] += shard.perf.total
-        results.append(TorchRecBaseline(name, seconds, cost_torchrec_plan(problem, options), max(rank_perf),
-                                        layouts, None))
+        shards = torchrec_shards(options)
+        results.append(TorchRecBaseline(name, seconds, shards, cost_torchrec_plan(problem, shards), max(rank_perf),
+                                        None))
     return results

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import datetime
 import pathlib
+from typing import TYPE_CHECKING
 
 from recshard_stats import __version__
 from recshard_stats.config import HardwareConfig, ModelConfig, digest_of
 from recshard_stats.manifest import (BaselinePlan, GpuPlacement, Manifest, ManifestInputs, PlanSummary,
-                                     TablePlacement)
+                                     TablePlacement, TorchRecPlan)
 from recshard_stats.options import SolveOptions, check_ds
 from recshard_stats.solver.plan import PlanCost
 from recshard_stats.solver.problem import Problem
 from recshard_stats.solver.solve import Outcome
 from recshard_stats.stats_reader import StatsPartition, stats_digest
 from recshard_stats.typed_json import to_plain
+
+if TYPE_CHECKING:
+    from recshard_stats.torchrec import TorchRecBaseline
 
 _MS = 1e3
 TORCHREC_PLAN_NAME = "torchrec_plan.json"
@@ -26,6 +30,17 @@ def baseline_plan(cost: PlanCost, best_cost: float) -> BaselinePlan:
                         cost_vs_recshard=cost.max_cost / best_cost if best_cost > 0 else 1.0,
                         gpu=tuple(cost.plan.gpu), rows_hbm=tuple(cost.plan.rows_hbm),
                         gpu_cost_ms=tuple(c * _MS for c in cost.gpu_cost))
+
+
+def torchrec_plan_summary(baseline: TorchRecBaseline, best_cost: float) -> TorchRecPlan:
+    cost = baseline.cost
+    return TorchRecPlan(
+        name=baseline.name, planning_seconds=baseline.planning_seconds, error=baseline.error, shards=baseline.shards,
+        max_cost_ms=cost.max_cost * _MS if cost else None, imbalance=cost.imbalance if cost else None,
+        uvm_access_fraction=cost.uvm_access_fraction if cost else None,
+        cost_vs_recshard=cost.max_cost / best_cost if cost and best_cost > 0 else None,
+        gpu_cost_ms=tuple(c * _MS for c in cost.gpu_cost) if cost else (),
+        torchrec_rating_ms=baseline.torchrec_rating_ms)
 
 
 def build_manifest(outcome: Outcome, problem: Problem, model: ModelConfig, hardware: HardwareConfig,
@@ -52,7 +67,9 @@ def build_manifest(outcome: Outcome, problem: Problem, model: ModelConfig, hardw
         lower_bound_ms=outcome.lower_bound * _MS, gap=outcome.gap, milp_objective_ms=milp.objective_ms,
         milp_bound_ms=milp.bound_ms, solve_seconds=milp.solve_seconds, imbalance=best.imbalance,
         uvm_access_fraction=best.uvm_access_fraction,
-        baselines=tuple(baseline_plan(b, best.max_cost) for b in outcome.baselines))
+        baselines=tuple(baseline_plan(b, best.max_cost) for b in outcome.baselines),
+        torchrec=tuple(torchrec_plan_summary(b, best.max_cost) for b in outcome.torchrec),
+        torchrec_rating_ms=outcome.torchrec_rating.rating_ms if outcome.torchrec_rating else None)
     return Manifest(ds=ds, created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(),
                     producer=f"recshard-stats {__version__}", inputs=inputs, model=model, hardware=hardware,
                     plan=plan, gpus=gpus, tables=tables)

@@ -159,8 +159,8 @@ class Problem:
             raise RecShardError(
                 Reason.INFEASIBLE_HOST,
                 f"tables need {fmt_bytes(total)} in all; with {fmt_bytes(hbm)} of usable HBM for rows "
-                f"({self.num_gpus} GPUs x {fmt_bytes(self.hbm_capacity)}, less the trainer's buffers) they need {fmt_bytes(host_needed)} "
-                f"of host memory, config gives {fmt_bytes(self.hardware.host_bytes)} "
+                f"({self.num_gpus} GPUs x {fmt_bytes(self.hbm_capacity)}, less the trainer's buffers) they need "
+                f"{fmt_bytes(host_needed)} of host memory, config gives {fmt_bytes(self.hardware.host_bytes)} "
                 f"(short by {fmt_bytes(host_needed - self.hardware.host_bytes)})",
                 fixes=("raise host_gib", "add GPUs", "shrink hash sizes or dims"),
                 context={"needed_bytes": int(host_needed), "host_bytes": self.hardware.host_bytes})

@@ -13,7 +13,8 @@ import pytest
 from recshard_stats.config import HardwareConfig
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.manifest import (SCHEMA_PATH, BaselinePlan, GpuPlacement, Manifest, ManifestInputs, PlanSummary,
-                                     RemapFile, TablePlacement, complete_with_remaps, load_manifest)
+                                     RemapFile, TablePlacement, TorchRecPlan, TorchRecShard, complete_with_remaps,
+                                     load_manifest)
 from recshard_stats.options import SolveOptions
 from recshard_stats.typed_json import required_fields
 
@@ -33,7 +34,8 @@ def _node(path: str) -> dict:
 # (schema location, dataclass it must describe exactly)
 LOCATIONS = [("", Manifest), ("inputs", ManifestInputs), ("inputs/solver_options", SolveOptions),
              ("hardware", HardwareConfig), ("plan", PlanSummary), ("plan/baselines/[]", BaselinePlan),
-             ("gpus/[]", GpuPlacement), ("tables/[]", TablePlacement)]
+             ("gpus/[]", GpuPlacement), ("tables/[]", TablePlacement), ("plan/torchrec/[]", TorchRecPlan),
+             ("plan/torchrec/[]/shards/[]", TorchRecShard)]
 
 
 @pytest.mark.parametrize("where, cls", LOCATIONS, ids=[c.__name__ for _, c in LOCATIONS])
@@ -59,6 +61,8 @@ def test_a_manifest_written_before_the_dataclasses_loads_and_round_trips():
     # identical, but for the fields added since, at their defaults
     expected = json.loads(text)
     expected["hardware"].update(index_bytes=8, output_bytes_per_element=4)
+    expected["plan"].update(torchrec=[], torchrec_rating_ms=None)
+    expected["inputs"]["solver_options"].update(torchrec_baselines=True, torchrec_timeout_s=120)
     for entry in expected["gpus"] + expected["tables"]:
         entry["trainer_buffer_bytes"] = 0
     assert json.loads(manifest.to_json()) == expected

@@ -136,6 +136,44 @@ def test_replay_matches_independent_computation_and_prediction(pipeline):
         assert plan["max_cost_ms"] >= recshard["max_cost_ms"] * 0.999, name
 
 
+def test_torchrecs_plans_are_replayed_shard_by_shard(pipeline):
+    """With torchrec installed, the manifest carries TorchRec's plans, and the replay costs them
+    shard by shard on the held-out day: recomputed here from the logs and the remap order."""
+    pytest.importorskip("torchrec", reason="the torchrec extra is not installed (scripts/setup.sh installs it)")
+    model = pipeline["model"]
+    manifest = load_manifest(pipeline["manifest"]).manifest
+    evaluation = json.loads(pipeline["evaluation"].read_text())
+    assert [t.name for t in manifest.plan.torchrec] == ["torchrec_default", "torchrec_stats"]
+    assert manifest.plan.torchrec_rating_ms > 0
+    train, held_out = parquet_keys(pipeline["day1"], model), parquet_keys(pipeline["day2"], model)
+    hw, batch = manifest.hardware, manifest.hardware.batch_size
+    for plan in manifest.plan.torchrec:
+        assert plan.error is None and plan.shards
+        tables = {t.name for t in manifest.tables}
+        assert {s.table for s in plan.shards} == tables
+        gpu_ms = np.zeros(manifest.num_gpus)
+        for shard in plan.shards:
+            t = manifest.table(shard.table)
+            table = model.tables[[c.name for c in model.tables].index(t.name)]
+            rows = table_rows(held_out, model, table)
+            if shard.compute_kernel == "fused_uvm":
+                f = 0.0
+            elif shard.compute_kernel == "fused_uvm_caching":
+                new = independent_index(table_rows(train, model, table), table.hash_size)[rows]
+                cached = min(round(shard.cache_load_factor * t.hash_size), t.unique_rows)
+                f = float((new < cached).mean()) if len(rows) else 1.0
+            else:
+                f = 1.0
+            by_rows = shard.rows / t.hash_size
+            share = {"row_wise": by_rows, "table_row_wise": by_rows, "grid_shard": by_rows,
+                     "data_parallel": 1 / manifest.num_gpus}.get(shard.sharding_type, 1.0)
+            moved = batch * len(rows) / evaluation["num_samples"] * share * t.row_bytes * shard.cols / t.dim
+            gpu_ms[shard.rank] += 1e3 * moved * (f / hw.hbm_bandwidth + (1 - f) / hw.uvm_bandwidth)
+        replayed = evaluation["plans"][plan.name]
+        assert replayed["gpu_cost_ms"] == pytest.approx(list(gpu_ms), rel=1e-9)
+        assert replayed["predicted_max_cost_ms"] == plan.max_cost_ms
+
+
 def _copy(pipeline, tmp_path):
     target = tmp_path / "ds=2026-12-01"
     shutil.copytree(pipeline["manifest"].parent, target)
@@ -218,6 +256,8 @@ def test_report_has_every_figure(pipeline, tmp_path):
         png = base64.b64decode(src.split(",", 1)[1])
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
     assert "gap" in text and "greedy_size_lookup" in text
+    if load_manifest(pipeline["manifest"]).manifest.plan.torchrec:
+        assert "torchrec_default" in text and "TorchRec's rating ms" in text
 
 
 def test_criteo_split_in_two_replays_as_predicted(spark, criteo_tsv, tmp_path):

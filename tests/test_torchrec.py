@@ -285,28 +285,29 @@ def _problem():
 
 
 def test_torchrec_plans_are_costed_shard_by_shard_in_our_model():
-    from types import SimpleNamespace as Option
-
+    from recshard_stats.manifest import TorchRecShard as Shard
     from recshard_stats.solver.plan import Plan, cost_plan
     from recshard_stats.torchrec import cost_torchrec_plan
 
     problem = _problem()
-    whole = [Option(name=t.name, sharding_type="table_wise", compute_kernel=FUSED, cache_load_factor=None,
-                    shards=[Option(size=[t.hash_size, t.dim], rank=j % 2)]) for j, t in enumerate(problem.tables)]
+    whole = [Shard(t.name, "table_wise", FUSED, j % 2, t.hash_size, t.dim) for j, t in enumerate(problem.tables)]
     expected = cost_plan(problem, Plan("p", tuple(j % 2 for j in range(12)), tuple(t.hash_size for t in problem.tables)))
     assert cost_torchrec_plan(problem, whole).gpu_cost == pytest.approx(expected.gpu_cost)
     # a table split in two row shards: each rank serves the lookups of its half; a cached one is
-    # served from HBM as far as its hottest load-factor share of rows reaches
+    # served from HBM as far as its hottest load-factor share of rows reaches; two column shards
+    # each serve every lookup on half the bytes; a data-parallel table serves 1/G on each rank
     t = problem.tables[0]
-    rows = [Option(name=t.name, sharding_type="row_wise", compute_kernel=FUSED, cache_load_factor=None,
-                   shards=[Option(size=[t.hash_size // 2, t.dim], rank=0),
-                           Option(size=[t.hash_size - t.hash_size // 2, t.dim], rank=1)])]
+    half = t.hash_size // 2
+    rows = [Shard(t.name, "row_wise", FUSED, 0, half, t.dim), Shard(t.name, "row_wise", FUSED, 1, t.hash_size - half, t.dim)]
     full = problem.table_cost(0, t.hash_size)
     assert cost_torchrec_plan(problem, rows).gpu_cost == pytest.approx(
-        ((t.hash_size // 2) / t.hash_size * full, (t.hash_size - t.hash_size // 2) / t.hash_size * full))
-    cached = [Option(name=t.name, sharding_type="table_wise", compute_kernel="fused_uvm_caching", cache_load_factor=0.1,
-                     shards=[Option(size=[t.hash_size, t.dim], rank=1)])]
+        (half / t.hash_size * full, (t.hash_size - half) / t.hash_size * full))
+    cached = [Shard(t.name, "table_wise", "fused_uvm_caching", 1, t.hash_size, t.dim, cache_load_factor=0.1)]
     assert cost_torchrec_plan(problem, cached).gpu_cost[1] == pytest.approx(problem.table_cost(0, 0.1 * t.hash_size))
+    columns = [Shard(t.name, "column_wise", FUSED_UVM, g, t.hash_size, t.dim // 2) for g in (0, 1)]
+    assert cost_torchrec_plan(problem, columns).gpu_cost == pytest.approx((problem.uvm_time(0) / 2,) * 2)
+    replicated = [Shard(t.name, "data_parallel", FUSED, g, t.hash_size, t.dim) for g in (0, 1)]
+    assert cost_torchrec_plan(problem, replicated).gpu_cost == pytest.approx((full / 2,) * 2)
 
 
 def test_torchrecs_planner_is_a_baseline_rated_in_both_models():
