@@ -72,6 +72,10 @@ def run_main(body: Callable[[], int | None]) -> int:
         for key, value in exc.context.items():
             print(f"  {key}: {value}", file=sys.stderr)
         return 2
+    except OSError as exc:  # the disk, not the code: a full disk, a read-only or missing directory
+        print(f"error: [os_error] {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""),
+              file=sys.stderr)
+        return 2
 
 
 def _spark(args, app: str):

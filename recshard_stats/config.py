@@ -3,9 +3,9 @@
 Model config::
 
     name: criteo_kaggle
-    input: {format: criteo_tsv}        # or parquet
+    input: {format: criteo_tsv}        # or parquet, or csv (a header row names the columns)
     features:
-      - {name: C1, type: hex}          # int64 | string | hex | array<int64>
+      - {name: C1, type: hex}          # int64 | string | hex | array<int64> | array<string>
     tables:
       - {name: t_C1, features: [C1], hash_size: 100000, dim: 64, hash: mod}
 
@@ -27,14 +27,16 @@ import yaml
 
 from recshard_stats.errors import GIB, Reason, RecShardError
 
-FEATURE_TYPES = ("int64", "string", "hex", "array<int64>")
+FEATURE_TYPES = ("int64", "string", "hex", "array<int64>", "array<string>")
+STRING_TYPES = ("string", "array<string>")  # ids that are their own XXH64 keys
 HASH_FUNCTIONS = ("mod", "xxhash64")
-INPUT_FORMATS = ("parquet", "criteo_tsv")
+INPUT_FORMATS = ("parquet", "criteo_tsv", "csv")
 CRITEO_DENSE = tuple(f"I{i}" for i in range(1, 14))
 CRITEO_SPARSE = tuple(f"C{i}" for i in range(1, 27))
 MAX_HASH_SIZE = 2 ** 63 - 1  # rows are int64 in Spark, the remap and the loader
 MODEL_KEYS = ("name", "input", "features", "tables")
-INPUT_KEYS = ("format",)
+INPUT_KEYS = ("format", "separator", "list_separator")
+CSV_DEFAULTS = {"separator": ",", "list_separator": "|"}
 FEATURE_KEYS = ("name", "type", "synthetic")
 TABLE_KEYS = ("name", "features", "feature", "hash_size", "dim", "hash")
 HARDWARE_KEYS = ("num_gpus", "hbm_per_gpu_gib", "hbm_per_gpu_bytes", "hbm_reserved_fraction", "hbm_reserved_gib",
@@ -59,11 +61,19 @@ class TableConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class CsvOptions:
+    """``input: {format: csv}``: text logs whose first line names the columns."""
+    separator: str = CSV_DEFAULTS["separator"]            # between fields ("\t" for TSV)
+    list_separator: str = CSV_DEFAULTS["list_separator"]  # between the ids of a multi-hot field: a|b|c
+
+
+@dataclasses.dataclass(frozen=True)
 class ModelConfig:
     name: str
     input_format: str
     features: tuple[FeatureConfig, ...]
     tables: tuple[TableConfig, ...]
+    csv: CsvOptions | None = None      # with input_format "csv"
 
     def table_of(self, feature: str) -> TableConfig:
         for table in self.tables:
@@ -74,7 +84,7 @@ class ModelConfig:
     def to_dict(self) -> dict:
         return {
             "name": self.name,
-            "input": {"format": self.input_format},
+            "input": {"format": self.input_format, **(dataclasses.asdict(self.csv) if self.csv else {})},
             "features": [dataclasses.asdict(f) for f in self.features],
             "tables": [{**dataclasses.asdict(t), "features": list(t.features)} for t in self.tables],
         }
@@ -190,6 +200,10 @@ def parse_model_config(data: dict, source: str = "model config") -> ModelConfig:
     fmt = (data.get("input") or {}).get("format", "parquet")
     if fmt not in INPUT_FORMATS:
         raise _fail(source, f"input.format {fmt!r} is not supported", f"use one of {INPUT_FORMATS}")
+    csv = _csv_options(source, data.get("input") or {}) if fmt == "csv" else None
+    misplaced = sorted(set(data.get("input") or {}) & set(CSV_DEFAULTS)) if fmt != "csv" else []
+    if misplaced:
+        raise _fail(f"{source}: input", f"{misplaced} apply to format csv only, the format is {fmt}")
     raw_features = data.get("features")
     if not isinstance(raw_features, list) or not raw_features:
         raise _fail(source, "'features' must be a non-empty list of {name, type}")
@@ -236,7 +250,7 @@ def parse_model_config(data: dict, source: str = "model config") -> ModelConfig:
         hash_fn = entry.get("hash", "mod")
         if hash_fn not in HASH_FUNCTIONS:
             raise _fail(where, f"hash {hash_fn!r} is not supported", f"use one of {HASH_FUNCTIONS}")
-        strings = [f for f in feats if ftype[f] == "string"]
+        strings = [f for f in feats if ftype[f] in STRING_TYPES]
         if strings and hash_fn != "xxhash64":
             raise _fail(where, f"string features {strings} need hash: xxhash64")
         tables.append(TableConfig(entry["name"], tuple(feats), _positive_int(where, entry, "hash_size", MAX_HASH_SIZE),
@@ -247,7 +261,18 @@ def parse_model_config(data: dict, source: str = "model config") -> ModelConfig:
     orphans = [n for n in names if n not in owner]
     if orphans:
         raise _fail(source, f"features {orphans} feed no table", "add them to a table or remove them")
-    return ModelConfig(str(data.get("name", "model")), fmt, tuple(features), tuple(tables))
+    return ModelConfig(str(data.get("name", "model")), fmt, tuple(features), tuple(tables), csv)
+
+
+def _csv_options(source: str, entry: dict) -> CsvOptions:
+    values = {key: entry.get(key, default) for key, default in CSV_DEFAULTS.items()}
+    for key, value in values.items():
+        if not isinstance(value, str) or len(value) != 1 or value in "\r\n\"":
+            raise _fail(f"{source}: input", f"{key} must be one character (not a quote or line end), got {value!r}")
+    if values["separator"] == values["list_separator"]:
+        raise _fail(f"{source}: input", f"separator and list_separator are both {values['separator']!r}",
+                    "the ids of a multi-hot field need their own separator, e.g. list_separator: '|'")
+    return CsvOptions(**values)
 
 
 def load_model_config(path: str | pathlib.Path) -> ModelConfig:

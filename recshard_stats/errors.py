@@ -10,6 +10,7 @@ class Reason(enum.Enum):
     INPUT_MISSING = "input_missing"
     INPUT_CORRUPT = "input_corrupt"
     OUTPUT_BUSY = "output_busy"
+    OUTPUT_INVALID = "output_invalid"
     SCHEMA_MISMATCH = "schema_mismatch"
     TOO_MANY_REJECTS = "too_many_rejects"
     STATS_INVALID = "stats_invalid"

@@ -57,7 +57,7 @@ def load_spec(path) -> tuple[ModelConfig, list[FeatureSpec]]:
         if not isinstance(syn, dict):
             raise RecShardError(Reason.CONFIG_INVALID, f"{where} has no 'synthetic' block",
                                 fixes=("add synthetic: {coverage, pf_mean, pf_max, cardinality, zipf}",))
-        multi = entry["type"] == "array<int64>"
+        multi = entry["type"].startswith("array<")
         try:
             spec = FeatureSpec(entry["name"], entry["type"], float(syn["coverage"]),
                                float(syn.get("pf_mean", 1)) if multi else 1.0,
@@ -90,20 +90,25 @@ def raw_ids(ranks: np.ndarray, feature_index: int) -> np.ndarray:
     return (scrambled & np.uint64((1 << 63) - 1)).astype(np.int64)
 
 
+def _strings(spec: FeatureSpec, ids: np.ndarray) -> pa.Array:
+    """String ids: the feature's name and the raw id (``f03_12345``)."""
+    return pc.binary_join_element_wise(f"{spec.name}_", pc.cast(pa.array(ids), pa.string()), "")
+
+
 def _column(rng: np.random.Generator, spec: FeatureSpec, index: int, rows: int) -> pa.Array:
     present = rng.random(rows) < spec.coverage
-    if spec.type != "array<int64>":
+    if not spec.type.startswith("array<"):
         ids = raw_ids(zipf_ranks(rng, rows, spec.cardinality, spec.zipf), index)
         if spec.type == "string":
-            values = pc.binary_join_element_wise(f"{spec.name}_", pc.cast(pa.array(ids), pa.string()), "")
-            return pc.if_else(pa.array(present), values, pa.scalar(None, pa.string()))
+            return pc.if_else(pa.array(present), _strings(spec, ids), pa.scalar(None, pa.string()))
         return pa.array(ids, mask=~present)
     sizes = np.where(present, np.minimum(rng.geometric(1.0 / spec.pf_mean, rows), spec.pf_max), 0)
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
     ids = raw_ids(zipf_ranks(rng, int(offsets[-1]), spec.cardinality, spec.zipf), index)
+    values = _strings(spec, ids) if spec.type == "array<string>" else pa.array(ids, pa.int64())
     # Absent multi-hot features are written half as null arrays, half as empty arrays.
     null = ~present & (rng.random(rows) < 0.5)
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(ids, pa.int64()), mask=pa.array(null))
+    return pa.ListArray.from_arrays(pa.array(offsets), values, mask=pa.array(null))
 
 
 def _write_chunk(args) -> int:
@@ -121,6 +126,9 @@ def generate(spec_path, out, samples: int, *, seed: int = 0, chunk_rows: int = D
         raise RecShardError(Reason.CONFIG_INVALID, f"samples must be positive, got {samples}")
     _, specs = load_spec(spec_path)
     out = pathlib.Path(out)
+    if out.exists() and not out.is_dir():
+        raise RecShardError(Reason.OUTPUT_INVALID, f"--out {out} is a file: generate writes a directory of Parquet "
+                            f"files (and replaces only a directory)", fixes=("give a directory path",))
     with building_dir(out) as tmp:
         jobs = [(specs, min(chunk_rows, samples - start), seed, i, str(tmp))
                 for i, start in enumerate(range(0, samples, chunk_rows))]

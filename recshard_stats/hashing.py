@@ -104,8 +104,9 @@ def parse_hex(values: Iterable[str]) -> np.ndarray:
 
 
 def keys_of(values, feature_type: str, hash_fn: str) -> np.ndarray:
-    """Feature values (as the logs hold them) -> 64-bit keys."""
-    if feature_type == "string":
+    """Feature values (as the logs hold them; the ids of a multi-hot feature flattened) -> 64-bit
+    keys. Nulls and empty strings are absent values: leave them out before."""
+    if feature_type in ("string", "array<string>"):
         return xxhash64_strings(values)
     ids = parse_hex(values) if feature_type == "hex" else np.asarray(values, dtype=np.int64)
     return xxhash64_int64(ids) if hash_fn == "xxhash64" else ids

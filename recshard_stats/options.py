@@ -68,6 +68,8 @@ class SketchOptions:
 class SparkOptions:
     master: str | None = _opt(None, "Spark master (default: spark-submit's, else local[*])")
     driver_memory: str | None = _opt(None, "driver memory in local mode, e.g. 4g")
+    spark_log: str | None = _opt(None, "Spark's own log in local mode (default: recshard-spark-<user>.log in the "
+                                       "temp dir; the console shows recshard's lines only)")
 
 
 @dataclasses.dataclass(frozen=True)

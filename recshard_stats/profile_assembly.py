@@ -21,6 +21,8 @@ from recshard_stats.record_codes import REJECT_REASONS, is_multi_hot, needs_key_
 from recshard_stats.schemas import ApproximateMetadata, output_row
 
 MIN_SAMPLED_ROWS = 1 << 16
+# a sample with more ids than this, and 100x its feature's p99, is reported as an outlier
+OUTLIER_MIN_POOLING = 1000
 SAMPLE_BUCKETS = 1 << 20  # a row is sampled when xxhash64(table, row) mod this is below the table's cut
 
 
@@ -102,6 +104,7 @@ class CollectedAggregates:
     bad_rows: int                                      # unparseable input rows
     pooling: dict[int, dict[int, int]]                 # multi-hot feature -> pooling factor -> samples
     rejects: dict[tuple[int, int], int]                # (column, reason index) -> rejected values
+    feature_ids: dict[int, int]                        # feature -> ids it contributed (exact in both modes)
     feature_coc: dict[int, CountTriples]               # feature -> its count-of-counts
     table_coc: dict[int, CountTriples]                 # table -> its count-of-counts
     feature_totals: dict[int, SketchedTotals] | None = None   # approximate mode only
@@ -113,7 +116,8 @@ class CollectedAggregates:
 
 
 def check_rejects(model: ModelConfig, aggregates: CollectedAggregates, limit: float) -> None:
-    """No usable sample, or more rejects in one column (or more unparseable rows) than ``limit``
+    """No usable sample, no id in any feature, more null ids in one multi-hot column than
+    ``limit`` of its ids, or more rejects in one column (or more unparseable rows) than ``limit``
     of the input rows: a clear error with the numbers."""
     input_rows, bad_rows = aggregates.input_rows, aggregates.bad_rows
     if aggregates.num_samples == 0:
@@ -122,6 +126,24 @@ def check_rejects(model: ModelConfig, aggregates: CollectedAggregates, limit: fl
             f"the input has no usable samples ({input_rows} rows read, {bad_rows} unparseable)",
             fixes=("check the input path and the day's partition", "check the input format in the model config"))
     columns = reject_columns(model)
+    if not any(aggregates.feature_ids.get(i, 0) for i in range(len(model.features))):
+        raise RecShardError(
+            Reason.INPUT_MISSING,
+            f"none of the {aggregates.num_samples} samples has an id in any of the {len(model.features)} features "
+            f"(every value is null or empty)",
+            fixes=("check that the feature columns of the model config are the ones the logs fill",
+                   "check the day's partition"))
+    for (column, reason), n in sorted(aggregates.rejects.items()):
+        if REJECT_REASONS[reason] != "null_id":
+            continue
+        ids = n + aggregates.feature_ids.get(column, 0)
+        if n / ids > limit:
+            raise RecShardError(
+                Reason.TOO_MANY_REJECTS,
+                f"{n} of the {ids} ids in column {columns[column]!r} are null ({n / ids:.2%}), above the limit of "
+                f"{limit:.2%}", fixes=("check how the logs fill that column",
+                                       "raise --max-reject-fraction if such ids are expected"),
+                context={"rejected": n, "ids": ids, "column": columns[column]})
     worst_column, worst = "*", bad_rows
     per_column: dict[int, int] = {}
     for (column, reason), n in aggregates.rejects.items():
@@ -173,6 +195,14 @@ class _Builder:
         ids = round(totals.distinct_ids)
         distinct_rows = coc.unique_rows if totals.distinct_rows is None else round(totals.distinct_rows)
         return _Distribution(coc, totals.accesses, ids, min(distinct_rows, ids, hash_size))
+
+
+def pooling_outliers(feature_rows: list[dict]) -> dict[str, int]:
+    """Features whose largest pooling factor is far beyond their p99 (and above
+    :data:`OUTLIER_MIN_POOLING`): feature -> that pooling factor. One such sample can be a
+    logging bug, and it weighs on the trainer's buffers."""
+    return {r["feature"]: int(r["pf_max"]) for r in feature_rows
+            if r["pf_max"] > max(OUTLIER_MIN_POOLING, 100 * r["pf_p99"])}
 
 
 def assemble(layout: ProfileLayout, aggregates: CollectedAggregates, cdf_points: int) -> dict[str, list[dict]]:

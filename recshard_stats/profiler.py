@@ -105,20 +105,26 @@ def _count_of_counts(per_row: DataFrame, by: str, scale: dict | None = None) -> 
     return out
 
 
-def _non_id_counts(agg: DataFrame) -> tuple[dict, dict, int, int]:
-    """Pooling histograms, reject counts and (parseable, unparseable) rows from the aggregate."""
+def _non_id_counts(agg: DataFrame) -> tuple[dict, dict, dict, int, int]:
+    """Pooling histograms, reject counts, ids per feature and (parseable, unparseable) rows from
+    the aggregate, in one job."""
     pooling: dict[int, dict[int, int]] = {}
     rejects: dict[tuple[int, int], int] = {}
+    feature_ids: dict[int, int] = {}
     row_kinds = {0: 0, 1: 0}
-    for r in agg.where(F.col("kind") != ID).select("kind", "f", "key", "count").collect():
-        if r["kind"] == POOLING:
+    ids = agg.where(F.col("kind") == ID).groupBy("kind", "f").agg(F.lit(0).cast("bigint").alias("key"),
+                                                                  F.sum("count").alias("count"))
+    for r in agg.where(F.col("kind") != ID).select("kind", "f", "key", "count").unionByName(ids).collect():
+        if r["kind"] == ID:
+            feature_ids[r["f"]] = r["count"]
+        elif r["kind"] == POOLING:
             pooling.setdefault(r["f"], {})[r["key"]] = r["count"]
         elif r["kind"] == REJECT:
             column, reason = decode_reject(r["key"])
             rejects[(column, REJECT_REASONS.index(reason))] = r["count"]
         else:
             row_kinds[r["key"]] = r["count"]
-    return pooling, rejects, row_kinds[1], row_kinds[0]
+    return pooling, rejects, feature_ids, row_kinds[1], row_kinds[0]
 
 
 def profile(spark: SparkSession, normalized: DataFrame, layout: ProfileLayout, *,
@@ -140,8 +146,8 @@ def profile(spark: SparkSession, normalized: DataFrame, layout: ProfileLayout, *
     try:
         log.info("profile: aggregating %d features (%s)", len(layout.features),
                  "approximate: row counts, then a pass for the HLL sketches" if sketch else "one pass")
-        pooling, rejects, num_samples, bad_rows = _non_id_counts(agg)
-        counted = CollectedAggregates(num_samples, bad_rows, pooling, rejects, {}, {})
+        pooling, rejects, feature_ids, num_samples, bad_rows = _non_id_counts(agg)
+        counted = CollectedAggregates(num_samples, bad_rows, pooling, rejects, feature_ids, {}, {})
         check_rejects(layout.model, counted, max_reject_fraction)
         row_counts = None
         if sketch is None:
@@ -231,7 +237,7 @@ def _sketched_distributions(spark: SparkSession, agg: DataFrame, sketches: DataF
                       .withColumn("nkeys", F.lit(0)))
     table_coc = _count_of_counts(per_shared_row, "t", {j: 1 << b for j, b in enumerate(bits)}) if shared else {}
     table_coc = _unshared_tables(table_coc, feature_coc, layout)
-    accesses = {r["f"]: r["accesses"] for r in ids.groupBy("f").agg(F.sum("count").alias("accesses")).collect()}
+    accesses = counted.feature_ids
     # the sketches are a few KiB per feature: collected once, so the second pass runs once
     mask = (1 << _FEATURE_BITS) - 1
     collected = [(r["code"] & mask, layout.features[r["code"] & mask].table, r["ids"], r["rows"])

@@ -17,6 +17,8 @@ Pure DataFrame -> DataFrame code: reading files and the SparkSession belong to `
 
 from __future__ import annotations
 
+import re
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -40,6 +42,9 @@ def _reject(column: int, reason: str, times: Column | None = None) -> Column:
 
 
 def _ids_and_rejects(value: Column, index: int, feature_type: str) -> tuple[Column, Column]:
+    if feature_type == "array<string>":
+        # each string id is its XXH64 key; an empty one is absent, like a null
+        value = F.transform(value, lambda x: F.when(x != "", F.xxhash64(x)))
     if is_multi_hot(feature_type):
         good = F.array_compact(value).cast("array<bigint>")
         nulls = F.coalesce(F.size(value) - F.size(good), F.lit(0))
@@ -49,9 +54,11 @@ def _ids_and_rejects(value: Column, index: int, feature_type: str) -> tuple[Colu
         ok = value.rlike(HEX_PATTERN)
         ids = F.when(present & ok, F.conv(value, 16, 10).cast("bigint"))
         return ids, F.when(present & ~ok, _reject(index, "not_hex")).otherwise(_empty())
-    # xxhash64(null) is the seed, not null: absent strings must stay null.
-    ids = F.when(value.isNotNull(), F.xxhash64(value)) if feature_type == "string" else value.cast("bigint")
-    return ids, _empty()
+    # xxhash64(null) is the seed, not null: absent strings must stay null. An empty string is
+    # absent too (a TSV's missing field), as for every type.
+    if feature_type == "string":
+        return F.when(value.isNotNull() & (value != ""), F.xxhash64(value)), _empty()
+    return value.cast("bigint"), _empty()
 
 
 def _normalize(df: DataFrame, values: list[Column], model: ModelConfig, extra_rejects: list[Column],
@@ -66,6 +73,7 @@ def _normalize(df: DataFrame, values: list[Column], model: ModelConfig, extra_re
 
 _PARQUET_TYPES = {
     "array<int64>": (T.ArrayType,),
+    "array<string>": (T.ArrayType,),
     "int64": (T.LongType, T.IntegerType, T.ShortType, T.ByteType),
     "string": (T.StringType,),
     "hex": (T.StringType,),
@@ -84,6 +92,8 @@ def check_parquet_schema(schema: T.StructType, model: ModelConfig, source: str) 
         ok = isinstance(found, _PARQUET_TYPES[feature.type])
         if ok and feature.type == "array<int64>":
             ok = isinstance(found.elementType, (T.LongType, T.IntegerType))
+        if ok and feature.type == "array<string>":
+            ok = isinstance(found.elementType, T.StringType)
         if not ok:
             raise RecShardError(
                 Reason.SCHEMA_MISMATCH,
@@ -93,7 +103,7 @@ def check_parquet_schema(schema: T.StructType, model: ModelConfig, source: str) 
 
 
 def normalize_parquet(df: DataFrame, model: ModelConfig, source: str = "input") -> DataFrame:
-    """Parquet logs with one column per feature (array<int64>, int64 or string)."""
+    """Parquet logs with one column per feature (array<int64>, array<string>, int64 or string)."""
     check_parquet_schema(df.schema, model, source)
     return _normalize(df, [F.col(f"`{f.name}`") for f in model.features], model, [], F.lit(True))
 
@@ -113,3 +123,56 @@ def normalize_criteo_tsv(lines: DataFrame, model: ModelConfig) -> DataFrame:
         extra.append(F.when(bad, _reject(len(model.features) + offset, "not_integer")).otherwise(_empty()))
     valid = F.size(fields) == CRITEO_FIELDS
     return _normalize(lines, values, model, extra, valid)
+
+
+CORRUPT_COLUMN = "_corrupt_record"
+
+
+def check_csv_columns(columns: list[str], model: ModelConfig, source: str) -> None:
+    missing = [f.name for f in model.features if f.name not in columns]
+    if missing:
+        raise RecShardError(
+            Reason.SCHEMA_MISMATCH, f"{source}: feature column(s) {missing} are not in the header {columns[:20]}",
+            fixes=("the first line of each file must name the columns", "check the model config's feature names",
+                   f"check input.separator ({model.csv.separator!r})"))
+
+
+def _csv_value(value: Column, index: int, feature_type: str, list_separator: str) -> tuple[Column, Column]:
+    """A CSV field -> the value the typed path takes (as Parquet would hold it), and the rejects
+    only text can have (an integer id that is not one). Empty = absent, for every type; in a
+    list (``a|b|c``) an empty element is a null id."""
+    present = value.isNotNull() & (value != "")
+    if feature_type in ("int64", "array<int64>"):
+        if feature_type == "int64":
+            ok = _is_int64(value)
+            return F.when(present & ok, value.try_cast("bigint")), \
+                F.when(present & ~ok, _reject(index, "not_integer")).otherwise(_empty())
+        parts = F.when(present, F.split(value, _literal(list_separator), -1))
+        kept = F.filter(parts, lambda x: (x == "") | _is_int64(x))
+        bad = F.coalesce(F.size(parts) - F.size(kept), F.lit(0))
+        return F.transform(kept, lambda x: F.when(x != "", x.try_cast("bigint"))), _reject(index, "not_integer", bad)
+    if feature_type == "array<string>":
+        return F.when(present, F.split(value, _literal(list_separator), -1)), _empty()
+    return value, _empty()
+
+
+def _is_int64(text: Column) -> Column:
+    """Digits, optionally signed, within int64 (raw ids use all 19 digits)."""
+    return text.rlike("^[+-]?[0-9]{1,19}$") & text.try_cast("bigint").isNotNull()
+
+
+def _literal(separator: str) -> str:
+    """A separator as a regular expression matching just itself."""
+    return re.escape(separator)
+
+
+def normalize_csv(df: DataFrame, model: ModelConfig) -> DataFrame:
+    """CSV/TSV logs read with every column as a string and Spark's ``_corrupt_record`` (a line
+    with another number of fields than the header): the features parsed by their declared type,
+    multi-hot fields split by ``input.list_separator``."""
+    values, extra = [], []
+    for i, feature in enumerate(model.features):
+        value, rejects = _csv_value(F.col(f"`{feature.name}`"), i, feature.type, model.csv.list_separator)
+        values.append(value)
+        extra.append(rejects)
+    return _normalize(df, values, model, extra, F.col(CORRUPT_COLUMN).isNull())

@@ -4,7 +4,7 @@ Python: rejected values are ``column << REASON_BITS | reason``; columns index
 
 from __future__ import annotations
 
-from recshard_stats.config import CRITEO_DENSE, ModelConfig
+from recshard_stats.config import CRITEO_DENSE, STRING_TYPES, ModelConfig
 
 REJECT_REASONS = ("null_id", "not_hex", "not_integer", "wrong_field_count")
 REASON_BITS = 8
@@ -29,8 +29,8 @@ def reject_columns(model: ModelConfig) -> list[str]:
 
 def needs_key_hash(feature_type: str, hash_fn: str) -> bool:
     """True where ``k{i}`` holds raw integer ids that still need ``xxhash64`` to become keys."""
-    return hash_fn == "xxhash64" and feature_type != "string"
+    return hash_fn == "xxhash64" and feature_type not in STRING_TYPES
 
 
 def is_multi_hot(feature_type: str) -> bool:
-    return feature_type == "array<int64>"
+    return feature_type.startswith("array<")

@@ -220,11 +220,16 @@ gap <b>{plan.gap:.2%}</b>; {stats.metadata.num_samples} samples profiled.{_skipp
 
 
 def _skipped(metadata: StatsMetadata) -> str:
-    files = metadata.skipped_files
-    if not files:
-        return ""
-    return (f' <b class="warning">{len(files)} corrupt input file(s) skipped</b>: '
-            + ", ".join(html.escape(f) for f in files) + ".")
+    """What the profile left out or found odd: skipped files, outlying pooling factors."""
+    files, outliers = metadata.skipped_files, metadata.pooling_outliers
+    text = ""
+    if files:
+        text += (f' <b class="warning">{len(files)} corrupt input file(s) skipped</b>: '
+                 + ", ".join(html.escape(f) for f in files) + ".")
+    if outliers:
+        text += (' <b class="warning">outlying pooling factors</b> (a sample with far more ids than the '
+                 "feature's p99): " + ", ".join(f"{html.escape(f)} {n:,}" for f, n in sorted(outliers.items())) + ".")
+    return text
 
 
 def write_report(manifest_path, out, stats_path=None, evaluation_path=None) -> pathlib.Path:

@@ -94,7 +94,7 @@ class StatsMetadata:
     sample_seed: int
     input_rows: int
     rejected_rows: int
-    skipped_files: tuple[str, ...]
+    skipped_files: tuple[str, ...]      # corrupt (with --skip-corrupt-files) or empty input files left out
     num_samples: int
     hash_functions: dict       # table -> "mod" | "xxhash64"
     hash_seed: int
@@ -105,3 +105,6 @@ class StatsMetadata:
     model: dict                # the model config as recshard_stats.config.ModelConfig.to_dict gives it
     model_digest: str
     schema_version: str = SCHEMA_VERSION
+    # feature -> its outlying largest pooling factor
+    pooling_outliers: dict = dataclasses.field(default_factory=dict)
+    ignored_files: tuple[str, ...] = ()  # input files whose names say they are not logs (README, *.json, ...)

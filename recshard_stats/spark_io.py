@@ -5,9 +5,13 @@ code in :mod:`recshard_stats.readers`, :mod:`recshard_stats.profiler` and friend
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import getpass
 import logging
 import os
+import pathlib
 import re
+import tempfile
 import time
 
 from recshard_stats.errors import Reason, RecShardError
@@ -34,14 +38,7 @@ class HadoopFS:
     def data_files(self, uri: str):
         """The file, or the files at any depth under the directory, that are not hidden or markers
         (as Spark's readers see them), as qualified URIs; lazily."""
-        files = self.fs.listFiles(self.path(uri), True)
-        while files.hasNext():
-            path = files.next().getPath()
-            if not path.getName().startswith((".", "_")):
-                yield path.toString()
-
-    def has_data_files(self, uri: str) -> bool:
-        return next(self.data_files(uri), None) is not None
+        return (path for path, _ in self.file_sizes(uri))
 
     def write_text(self, uri: str, text: str) -> None:
         stream = self.fs.create(self.path(uri), True)
@@ -74,6 +71,38 @@ class HadoopFS:
     def age_seconds(self, uri: str) -> float:
         return time.time() - self.fs.getFileStatus(self.path(uri)).getModificationTime() / 1000
 
+    def children(self, uri: str) -> list[tuple[str, str, float]]:
+        """(name, uri, age in seconds) of each entry of a directory."""
+        now = time.time()
+        return [(s.getPath().getName(), s.getPath().toString(), now - s.getModificationTime() / 1000)
+                for s in self.fs.listStatus(self.path(uri))]
+
+    def file_sizes(self, uri: str):
+        """(uri, bytes) of the file, or of every file at any depth under the directory, that is
+        not hidden or a marker (as Spark's readers see them); lazily."""
+        files = self.fs.listFiles(self.path(uri), True)
+        while files.hasNext():
+            status = files.next()
+            if not status.getPath().getName().startswith((".", "_")):
+                yield status.getPath().toString(), status.getLen()
+
+    def check_writable(self, uri: str) -> None:
+        """``uri`` is (or can be made) a directory this job can write in: checked before the work."""
+        path = self.path(uri)
+        try:
+            if self.fs.exists(path) and not self.fs.getFileStatus(path).isDirectory():
+                raise RecShardError(Reason.OUTPUT_INVALID, f"--out {uri} is a file, not a directory",
+                                    fixes=("give a directory (it is created if missing)",))
+            probe = f"{uri.rstrip('/')}/_write-probe-{os.getpid()}-{time.time_ns()}"
+            self.write_text(probe, "")
+            self.delete(probe)
+        except RecShardError:
+            raise
+        except Exception as exc:  # Py4J wraps Hadoop's AccessControlException, IOException...
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise RecShardError(Reason.OUTPUT_INVALID, f"cannot write in --out {uri}: {first}",
+                                fixes=("check the directory's permissions", "give another --out")) from None
+
 
 def spark_session(app: str, options: SparkOptions = SparkOptions()):
     """The job's session. Under spark-submit the master, memory and conf come from its flags
@@ -88,10 +117,19 @@ def spark_session(app: str, options: SparkOptions = SparkOptions()):
         if master.startswith("local"):
             # local mode talks to itself only: never bind the driver to an outside interface
             builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
+    spark_log = None
+    if not under_spark_submit:  # this process starts the JVM: its log goes to a file
+        spark_log = options.spark_log or os.path.join(tempfile.gettempdir(), f"recshard-spark-{getpass.getuser()}.log")
+        config = pathlib.Path(__file__).with_name("spark_log4j2.properties")
+        builder = builder.config("spark.driver.extraJavaOptions",
+                                 f"-Dlog4j2.configurationFile={config} -Drecshard.spark.log={spark_log}")
     if options.driver_memory:
         builder = builder.config("spark.driver.memory", options.driver_memory)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    if spark_log is None:
+        spark.sparkContext.setLogLevel("WARN")
+    else:
+        log.info("Spark's own log: %s", spark_log)
     conf = spark.sparkContext.getConf()
     if conf.get("spark.master", "").startswith("local") and not conf.contains("spark.sql.shuffle.partitions"):
         # Spark's default of 200 shuffle partitions costs more in task overhead than the work
@@ -103,32 +141,77 @@ def spark_session(app: str, options: SparkOptions = SparkOptions()):
 
 def local_uri(path) -> str:
     """An explicit local-filesystem URI (``Path.as_uri`` would escape the ``=`` of ``ds=``)."""
-    import pathlib
-
     return "file://" + str(pathlib.Path(path).resolve())
 
 
-def read_normalized(spark, model, inputs: list[str], sample_fraction: float = 1.0, seed: int = 0):
-    """The logs at ``inputs`` (format from the model config) as the normalized frame of
-    :mod:`recshard_stats.readers`, optionally Bernoulli-sampled."""
-    from recshard_stats.readers import normalize_criteo_tsv, normalize_parquet
+# names that are not logs: notes, configs, checksums and scripts left beside them
+NOT_LOGS = re.compile(r"(?i)^(readme|license|notice|changelog)([._-].*)?$|"
+                      r"\.(md|rst|json|ya?ml|toml|py|sh|html|pdf|sha256|md5|crc|lock)$")
 
+
+@dataclasses.dataclass(frozen=True)
+class InputFiles:
+    """What to read of the given inputs: the paths as given, or their log files when some files
+    are left out; and what was left out, by name."""
+    paths: tuple[str, ...]
+    empty: tuple[str, ...]       # zero-byte files (no rows; a Parquet reader would skip them unsaid)
+    not_logs: tuple[str, ...]    # files whose names say they are not logs (README, *.json, ...)
+
+
+def screen_inputs(spark, inputs: list[str]) -> InputFiles:
+    """The inputs' files, without zero-byte files and files that are not logs by their name
+    (hidden, ``_`` and ``.`` files are never read): each left out is logged by name. Paths that
+    do not exist or hold no log file are a clear error."""
     fs = HadoopFS(spark, inputs[0])
     missing = [p for p in inputs if not fs.exists(p)]
     if missing:
         raise RecShardError(Reason.INPUT_MISSING, f"input path(s) not found: {missing}",
                             fixes=("check --input and that the day's logs have landed",))
-    empty = [p for p in inputs if not fs.has_data_files(p)]
-    if empty:
-        raise RecShardError(Reason.INPUT_MISSING, f"input path(s) hold no data files: {empty}",
+    files = [(path, size) for p in inputs for path, size in fs.file_sizes(p)]
+    empty = tuple(path for path, size in files if size == 0)
+    not_logs = tuple(path for path, size in files if size and NOT_LOGS.search(path.rsplit("/", 1)[-1]))
+    for path in empty:
+        log.warning("skipping empty input file %s (0 bytes)", path)
+    for path in not_logs:
+        log.warning("skipping input file %s: its name says it is not a log", path)
+    kept = tuple(path for path, _ in files if path not in empty and path not in not_logs)
+    if not kept:
+        raise RecShardError(Reason.INPUT_MISSING, f"input path(s) hold no data files: {list(inputs)}"
+                            + (f" ({len(empty)} empty, {len(not_logs)} not logs)" if files else ""),
                             fixes=("the day's logs may not have landed yet, or were written elsewhere",))
+    return InputFiles(tuple(inputs) if not (empty or not_logs) else kept, empty, not_logs)
+
+
+def read_normalized(spark, model, inputs: list[str], sample_fraction: float = 1.0, seed: int = 0):
+    """The logs at ``inputs`` (format from the model config; screened by :func:`screen_inputs`)
+    as the normalized frame of :mod:`recshard_stats.readers`, optionally Bernoulli-sampled."""
+    from recshard_stats.readers import normalize_criteo_tsv, normalize_csv, normalize_parquet
 
     def sample(df):
         return df if sample_fraction >= 1 else df.sample(fraction=sample_fraction, seed=seed)
 
     if model.input_format == "criteo_tsv":
         return normalize_criteo_tsv(sample(spark.read.text(inputs)), model)
+    if model.input_format == "csv":
+        return normalize_csv(sample(read_csv(spark, model, inputs)), model)
     return normalize_parquet(sample(spark.read.parquet(*inputs)), model, source=", ".join(inputs))
+
+
+def read_csv(spark, model, inputs: list[str]):
+    """CSV/TSV logs with a header row: every column a string, plus ``_corrupt_record`` for a
+    line whose field count is not the header's (counted as unparseable, not read)."""
+    from pyspark.sql import types as T
+
+    from recshard_stats.readers import CORRUPT_COLUMN, check_csv_columns
+
+    reader = spark.read.option("header", True).option("sep", model.csv.separator).option("mode", "PERMISSIVE")
+    columns = reader.csv(inputs).columns  # the first file's header
+    check_csv_columns(columns, model, ", ".join(inputs))
+    schema = T.StructType([T.StructField(c, T.StringType()) for c in columns]
+                          + [T.StructField(CORRUPT_COLUMN, T.StringType())])
+    # a malformed line is found only when every column is parsed
+    spark.conf.set("spark.sql.csv.parser.columnPruning.enabled", "false")
+    return reader.schema(schema).option("columnNameOfCorruptRecord", CORRUPT_COLUMN).csv(inputs)
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ import shutil
 
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.options import ProfileOptions, RemapOptions, ReplayOptions
-from recshard_stats.spark_io import input_errors, local_uri, read_normalized, without_file
+from recshard_stats.spark_io import HadoopFS, input_errors, local_uri, read_normalized, screen_inputs, without_file
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ def profile_logs(spark, options: ProfileOptions, model=None) -> str:
 
     from recshard_stats.config import load_model_config
     from recshard_stats.hashing import SEED
-    from recshard_stats.profile_assembly import ProfileLayout, approximate_metadata
+    from recshard_stats.profile_assembly import ProfileLayout, approximate_metadata, pooling_outliers
     from recshard_stats.profiler import profile
     from recshard_stats.schemas import StatsMetadata
     from recshard_stats.stats_output import publish_profile
@@ -34,7 +34,9 @@ def profile_logs(spark, options: ProfileOptions, model=None) -> str:
     model = model or load_model_config(options.model)
     sketch, ds = options.sketch, options.partition_ds
     layout = ProfileLayout.of(model, sketch)
-    inputs, skipped = list(options.inputs), []
+    HadoopFS(spark, options.out).check_writable(options.out)  # before the work, not after it
+    screened = screen_inputs(spark, list(options.inputs))
+    inputs, skipped = list(screened.paths), []
     while True:
         try:
             with input_errors(spark, model.input_format, inputs):
@@ -59,11 +61,15 @@ def profile_logs(spark, options: ProfileOptions, model=None) -> str:
         ds=ds, created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(),
         input_paths=tuple(options.inputs), input_format=model.input_format,
         sample_fraction=options.sample_fraction, sample_seed=options.seed,
-        input_rows=result.input_rows, rejected_rows=result.rejected_rows, skipped_files=tuple(skipped),
+        input_rows=result.input_rows, rejected_rows=result.rejected_rows,
+        skipped_files=screened.empty + tuple(skipped), ignored_files=screened.not_logs,
         num_samples=result.num_samples, hash_functions={t.name: t.hash for t in model.tables}, hash_seed=SEED,
         cdf_points=options.cdf_points, row_counts=options.row_counts,
         approximate=approximate_metadata(sketch, model) if sketch else None,
-        spark_version=pyspark.__version__, model=model.to_dict(), model_digest=model.digest())
+        spark_version=pyspark.__version__, model=model.to_dict(), model_digest=model.digest(),
+        pooling_outliers=pooling_outliers(result.tables["features"]))
+    for feature, largest in metadata.pooling_outliers.items():
+        log.warning("feature %s: a sample with %d ids, far beyond the feature's p99 (a logging bug?)", feature, largest)
     target = publish_profile(spark, result, options.out, ds, metadata)
     log.info("profiled %d samples (%d rows rejected) -> %s", result.num_samples, result.rejected_rows, target)
     return target
@@ -154,8 +160,9 @@ def replay_logs(spark, options: ReplayOptions) -> pathlib.Path:
 
     loaded = load_manifest(options.manifest, require_remap=True)
     manifest = loaded.manifest
-    with input_errors(spark, manifest.model.input_format, list(options.logs)):
-        frame = read_normalized(spark, manifest.model, list(options.logs))
+    logs = list(screen_inputs(spark, list(options.logs)).paths)
+    with input_errors(spark, manifest.model.input_format, logs):
+        frame = read_normalized(spark, manifest.model, logs)
         result = profile(spark, frame, ProfileLayout.of(manifest.model), with_row_counts=True,
                          max_reject_fraction=options.max_reject_fraction)
     try:

@@ -49,6 +49,19 @@ def publish_lock(fs: HadoopFS, out: str, ds: str, wait_s: float = 600, stale_s: 
         fs.delete(lock)
 
 
+STALE_TMP_S = 6 * 3600  # a day's temporary directory untouched this long is a killed run's
+
+
+def remove_stale_tmp(fs: HadoopFS, out: str, ds: str, stale_s: float = STALE_TMP_S) -> None:
+    """Delete the temporary directories of this day's killed runs (``kill -9`` leaves them);
+    a younger one may be a concurrent run's and is left alone."""
+    prefix = f"_tmp-ds={ds}-"
+    for name, uri, age in fs.children(out):
+        if name.startswith(prefix) and age > stale_s:
+            log.warning("removing %s, left by a run killed %.1f hours ago", uri, age / 3600)
+            fs.delete(uri)
+
+
 def partition_uri(out: str, ds: str) -> str:
     return f"{out.rstrip('/')}/ds={check_ds(ds)}"
 
@@ -78,6 +91,7 @@ def publish_profile(spark: SparkSession, result: ProfileResult, out: str, ds: st
             fs.rename(tmp, target)
         if old:
             fs.delete(old)
+        remove_stale_tmp(fs, out, ds)
     except BaseException:
         fs.delete(tmp)
         raise

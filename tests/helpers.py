@@ -21,6 +21,8 @@ SPEC = {
          "synthetic": {"coverage": 0.2, "pf_mean": 30, "pf_max": 200, "cardinality": 3000, "zipf": 1.0}},
         {"name": "views", "type": "array<int64>",
          "synthetic": {"coverage": 0.5, "pf_mean": 3, "pf_max": 20, "cardinality": 3000, "zipf": 1.0}},
+        {"name": "tags", "type": "array<string>",
+         "synthetic": {"coverage": 0.5, "pf_mean": 3, "pf_max": 12, "cardinality": 400, "zipf": 1.0}},
     ],
     "tables": [
         {"name": "t_user", "features": ["user"], "hash_size": 1000, "dim": 32},        # collisions
@@ -28,6 +30,7 @@ SPEC = {
         {"name": "t_rare", "features": ["rare"], "hash_size": 1, "dim": 8},            # single row
         {"name": "t_hist", "features": ["hist"], "hash_size": 2048, "dim": 64, "hash": "xxhash64"},
         {"name": "t_items", "features": ["clicks", "views"], "hash_size": 700, "dim": 64},  # shared
+        {"name": "t_tags", "features": ["tags"], "hash_size": 256, "dim": 16, "hash": "xxhash64"},  # multi-hot strings
     ],
 }
 
@@ -73,10 +76,10 @@ def parquet_keys(path, model) -> dict[str, list[list[int]]]:
         values = table[feature.name].to_pylist()
         per_sample = []
         for v in values:
-            if v is None:
+            if v is None or v == "":  # an empty string is absent, like a null
                 ids = []
             elif isinstance(v, list):
-                ids = [x for x in v if x is not None]
+                ids = [x for x in v if x is not None and x != ""]
             else:
                 ids = [v]
             per_sample.append(keys_of(ids, feature.type, table_conf.hash).tolist() if ids else [])

@@ -129,7 +129,29 @@ def rejected_rows(root: pathlib.Path) -> tuple[dict, pathlib.Path]:
     return MODEL, root / "day.tsv"
 
 
+def all_null_parquet(root: pathlib.Path) -> tuple[dict, pathlib.Path]:
+    (root / "logs").mkdir()
+    pq.write_table(pa.table({"a": pa.array([None] * 20, pa.int64()), "b": pa.array([None] * 20, pa.string())}),
+                   root / "logs" / "p.parquet")
+    return ({"features": [{"name": "a", "type": "int64"}, {"name": "b", "type": "string"}],
+             "tables": [{"name": "t", "features": ["a"], "hash_size": 10, "dim": 4},
+                        {"name": "u", "features": ["b"], "hash_size": 10, "dim": 4, "hash": "xxhash64"}]}, root / "logs")
+
+
+def null_array_ids(root: pathlib.Path) -> tuple[dict, pathlib.Path]:
+    (root / "logs").mkdir()
+    pq.write_table(pa.table({"a": pa.array(range(20), pa.int64()),
+                             "h": pa.array([[None, None]] * 18 + [[1, 2]] * 2, pa.list_(pa.int64()))}),
+                   root / "logs" / "p.parquet")
+    return ({"features": [{"name": "a", "type": "int64"}, {"name": "h", "type": "array<int64>"}],
+             "tables": [{"name": "t", "features": ["a"], "hash_size": 10, "dim": 4},
+                        {"name": "u", "features": ["h"], "hash_size": 10, "dim": 4}]}, root / "logs")
+
+
 INPUT_ERRORS = {
+    "all-null parquet": (all_null_parquet, "[input_missing]", "none of the 20 samples has an id in any of the 2 "
+                                                             "features (every value is null or empty)"),
+    "null array ids": (null_array_ids, "[too_many_rejects]", "36 of the 40 ids in column 'h' are null (90.00%)"),
     "corrupt parquet": (corrupt_parquet, "[input_corrupt] cannot read input file", "part-1.parquet"),
     "wrong column type": (wrong_type_parquet, "[schema_mismatch]", "column 'a' has type string, model config "
                                                                    "says int64"),
@@ -160,3 +182,93 @@ def test_a_run_key_that_is_not_a_date_touches_nothing(ds, tmp_path, capsys):
                    "--out", str(out), "--ds", ds])
     assert_one_line_error(rc, capsys.readouterr().err, f"ds {ds!r} is not a date of the form YYYY-MM-DD")
     assert (victim / "keep.txt").read_text() == "mine" and not (tmp_path / "a").exists()
+
+
+def _profile_args(tmp_path, model: dict, inputs, out) -> list[str]:
+    return ["profile", "--model", str(write_yaml(tmp_path / "m.yaml", model)), "--input", str(inputs),
+            "--out", str(out), "--ds", "2026-12-01"]
+
+
+@pytest.mark.parametrize("kind", ["file", "below a file"])
+def test_an_out_that_cannot_be_written_fails_before_spark_reads_anything(kind, spark, tmp_path, capsys):
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "day.tsv").write_text(tsv_line() + "\n")
+    (tmp_path / "taken").write_text("not a directory")
+    out = tmp_path / "taken" if kind == "file" else tmp_path / "taken" / "stats"
+    rc = cli.main(_profile_args(tmp_path, MODEL, tmp_path / "logs", out))
+    stderr = capsys.readouterr().err
+    assert_one_line_error(rc, stderr, "[output_invalid]")
+    assert ("is a file, not a directory" if kind == "file" else "cannot write in --out") in stderr
+    assert "profile: aggregating" not in stderr  # refused before the aggregation
+    assert (tmp_path / "taken").read_text() == "not a directory"
+
+
+def test_generate_refuses_to_replace_a_file(tmp_path, capsys):
+    from helpers import SPEC
+
+    (tmp_path / "logs").write_text("keep me")
+    rc = cli.main(["generate", "--spec", str(write_yaml(tmp_path / "spec.yaml", SPEC)), "--samples", "10",
+                   "--out", str(tmp_path / "logs")])
+    assert_one_line_error(rc, capsys.readouterr().err, "[output_invalid] --out")
+    assert (tmp_path / "logs").read_text() == "keep me"
+
+
+def test_empty_files_and_notes_beside_the_logs_are_left_out_by_name(spark, tmp_path):
+    """A zero-byte file and a README in the log directory: left out, named in the metadata, and
+    the statistics are those of the logs alone."""
+    import json
+
+    from recshard_stats.stats_reader import load_stats
+
+    model = write_yaml(tmp_path / "m.yaml", MODEL)
+    clean, messy = tmp_path / "clean", tmp_path / "messy"
+    for d in (clean, messy):
+        d.mkdir()
+        (d / "day.tsv").write_text("\n".join(tsv_line(c1=f"{i % 5:x}") for i in range(30)) + "\n")
+    (messy / "README").write_text("Criteo day 0, copied 2026-12-01\nsee the wiki\n")
+    (messy / "part-empty.tsv").write_bytes(b"")
+    (messy / "schema.json").write_text('{"columns": 40}\n')
+    expected = load_stats(run_profile(model, clean, tmp_path / "s1"))
+    got = load_stats(run_profile(model, messy, tmp_path / "s2"))
+    for table in ("features", "tables", "count_of_counts", "rejects"):
+        assert got.rows(table) == expected.rows(table), table
+    metadata = json.loads((got.path / "metadata.json").read_text())
+    assert [p.rsplit("/", 1)[-1] for p in metadata["skipped_files"]] == ["part-empty.tsv"]
+    assert sorted(p.rsplit("/", 1)[-1] for p in metadata["ignored_files"]) == ["README", "schema.json"]
+    assert got.metadata.input_rows == 30
+
+
+def test_a_killed_runs_temporary_directory_is_removed_by_the_next_run(spark, tmp_path):
+    import os
+    import time
+
+    model = write_yaml(tmp_path / "m.yaml", MODEL)
+    (tmp_path / "day.tsv").write_text(tsv_line() + "\n")
+    out = tmp_path / "stats"
+    old, young = out / "_tmp-ds=2026-12-01-dead", out / "_tmp-ds=2026-12-01-running"
+    other_day = out / "_tmp-ds=2026-11-30-dead"
+    for d in (old, young, other_day):
+        (d / "features").mkdir(parents=True)
+    week_ago = time.time() - 7 * 86400
+    for d in (old, other_day):
+        os.utime(d, (week_ago, week_ago))
+    run_profile(model, tmp_path / "day.tsv", out)
+    assert not old.exists()              # this day's, killed long ago
+    assert young.exists()                # may be a concurrent run's
+    assert other_day.exists()            # another day's run cleans its own
+    assert (out / "ds=2026-12-01" / "_SUCCESS").exists()
+
+
+def test_a_corrupt_file_is_one_line_without_javas_stack_trace(tmp_path):
+    """Through the console script, Spark started by it: Spark's log goes to a file, the console
+    has recshard's line."""
+    model, logs = corrupt_parquet(tmp_path)
+    spark_log = tmp_path / "spark.log"
+    proc = subprocess.run([str(RECSHARD), "profile", "--model", str(write_yaml(tmp_path / "m.yaml", model)),
+                           "--input", str(logs), "--out", str(tmp_path / "stats"), "--ds", "2026-12-01",
+                           "--master", "local[1]", "--spark-log", str(spark_log)],
+                          capture_output=True, text=True, timeout=300)
+    assert_one_line_error(proc.returncode, proc.stderr, "[input_corrupt] cannot read input file")
+    assert not [line for line in proc.stderr.splitlines() if line.lstrip().startswith("at ")], proc.stderr
+    assert len(proc.stderr.splitlines()) < 25, proc.stderr
+    assert "part-1.parquet" in spark_log.read_text()  # the whole story is in Spark's log

@@ -131,6 +131,45 @@ def test_criteo_tsv_matches_independent_computation(spark, criteo_tsv, tmp_path)
     assert stats.rows("rejects") == [] and stats.metadata.rejected_rows == 0
 
 
+def _criteo_model(feature_type: str) -> dict:
+    columns = [f"C{i}" for i in range(1, 6)]
+    return {"name": "criteo5", "input": {"format": "criteo_tsv"},
+            "features": [{"name": c, "type": feature_type} for c in columns],
+            "tables": [{"name": f"t_{c}", "features": [c], "hash_size": 1000, "dim": 8,
+                        **({"hash": "xxhash64"} if feature_type == "string" else {})} for c in columns]}
+
+
+def test_crlf_gzip_and_string_ids_of_criteo_give_the_same_statistics(spark, criteo_tsv, tmp_path):
+    """CRLF line ends and gzip give the statistics of the plain file; the same columns declared
+    ``string`` have the coverage and pooling of ``hex`` (an empty field is absent for every type),
+    and their distinct ids match pandas."""
+    import gzip
+
+    lines = criteo_tsv.read_text().splitlines()[:2000]
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "day.tsv").write_text("\n".join(lines) + "\n")
+    (tmp_path / "crlf").mkdir()
+    (tmp_path / "crlf" / "day.tsv").write_bytes(("\r\n".join(lines) + "\r\n").encode())
+    (tmp_path / "gzip").mkdir()
+    (tmp_path / "gzip" / "day.tsv.gz").write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    hex_model = write_yaml(tmp_path / "hex.yaml", _criteo_model("hex"))
+    runs = {name: load_stats(run_profile(hex_model, tmp_path / name, tmp_path / f"stats-{name}"))
+            for name in ("plain", "crlf", "gzip")}
+    for name in ("crlf", "gzip"):
+        for table in ("features", "tables", "count_of_counts", "pooling_histogram", "rejects"):
+            assert runs[name].rows(table) == runs["plain"].rows(table), (name, table)
+    strings = load_stats(run_profile(write_yaml(tmp_path / "str.yaml", _criteo_model("string")), tmp_path / "plain",
+                                     tmp_path / "stats-string"))
+    raw = pd.read_csv(tmp_path / "plain" / "day.tsv", sep="\t", header=None, dtype=str, keep_default_na=False)
+    hexes, texts = _by(runs["plain"], "features", "feature"), _by(strings, "features", "feature")
+    for i, column in enumerate(f"C{i}" for i in range(1, 6)):
+        values = raw[14 + i]
+        present = values != ""
+        assert texts[column]["coverage"] == hexes[column]["coverage"] == pytest.approx(present.mean(), abs=1e-12)
+        assert texts[column]["total_accesses"] == hexes[column]["total_accesses"] == int(present.sum())
+        assert texts[column]["unique_raw_ids"] == values[present].nunique()
+
+
 EDGE_MODEL = {
     "name": "edges", "input": {"format": "parquet"},
     "features": [{"name": "never", "type": "array<int64>"}, {"name": "neg", "type": "int64"},
@@ -162,7 +201,8 @@ def test_edge_cases(spark, tmp_path):
     assert f["big"]["null_ids"] == 1 and f["big"]["total_accesses"] == 6 and f["big"]["pf_max"] == 3
     # rows: 3,3,3 | 0 | 7 (2^63-1 mod 10), 7 (-3 pmod 10)
     assert f["big"]["unique_rows"] == 3 and f["big"]["unique_raw_ids"] == 6
-    assert f["s"]["unique_raw_ids"] == 3 and f["s"]["unique_rows"] == 1 and f["s"]["coverage"] == 0.8
+    # an empty string is absent, like a null
+    assert f["s"]["unique_raw_ids"] == 2 and f["s"]["unique_rows"] == 1 and f["s"]["coverage"] == 0.6
     assert stats.rows("rejects") == [{"column": "big", "reason": "null_id", "count": 1}]
 
 
@@ -275,3 +315,43 @@ def test_publish_lock_is_taken_over_when_stale_and_waited_for_when_fresh(spark, 
     assert err.value.reason is Reason.OUTPUT_BUSY and time.time() - started >= 1
     assert "lock" in str(err.value) and "held for over 1s" in str(err.value)
     assert lock.read_text() == "a live run's"  # a live run's lock is never removed
+
+
+def _csv_field(value, sep: str) -> str:
+    if value is None:
+        return ""
+    return sep.join(str(v) for v in value) if isinstance(value, list) else str(value)
+
+
+def test_csv_with_delimited_lists_profiles_like_the_parquet_it_was_written_from(spark, synthetic, synthetic_stats,
+                                                                                tmp_path):
+    """The synthetic logs written as TSV with a header, multi-hot fields as ``a|b|c``: the same
+    statistics as the Parquet (which match pandas, above); malformed lines and non-integer ids
+    are counted, not used."""
+    spec, logs, _ = synthetic
+    table = pq.read_table(logs)
+    columns = table.column_names
+    rows = table.to_pylist()
+    lines = ["\t".join(columns)] + ["\t".join(_csv_field(r[c], "|") for c in columns) for r in rows]
+    (tmp_path / "tsv").mkdir()
+    (tmp_path / "tsv" / "day.tsv").write_text("\n".join(lines) + "\n")
+    model = {**SPEC, "input": {"format": "csv", "separator": "\t", "list_separator": "|"}}
+    got = load_stats(run_profile(write_yaml(tmp_path / "m.yaml", model), tmp_path / "tsv", tmp_path / "s1",
+                                 "2026-12-01", "--cdf-points", "40"))
+    expected = load_stats(synthetic_stats)
+    for name in ("features", "tables", "count_of_counts", "pooling_histogram", "access_cdf"):
+        assert got.rows(name) == expected.rows(name), name
+
+    # the same day with two malformed lines (a field short, a field too many) and bad ids
+    short = "\t".join(_csv_field(rows[0][c], "|") for c in columns[:-1])
+    bad_ids = dict(rows[1], user="u17", hist=[5, "x", 6])
+    lines += [short, lines[1] + "\textra", "\t".join(_csv_field(bad_ids[c], "|") for c in columns)]
+    (tmp_path / "tsv" / "day.tsv").write_text("\n".join(lines) + "\n")
+    messy = load_stats(run_profile(write_yaml(tmp_path / "m.yaml", model), tmp_path / "tsv", tmp_path / "s2"))
+    assert messy.metadata.input_rows == len(rows) + 3 and messy.metadata.rejected_rows == 2
+    rejects = {(r["column"], r["reason"]): r["count"] for r in messy.rows("rejects")}
+    assert rejects[("user", "not_integer")] == 1 and rejects[("hist", "not_integer")] == 1
+    features = _by(messy, "features", "feature")
+    clean = _by(expected, "features", "feature")
+    assert features["hist"]["total_accesses"] == clean["hist"]["total_accesses"] + 2  # 5 and 6 are kept
+    assert features["user"]["total_accesses"] == clean["user"]["total_accesses"]

@@ -28,7 +28,7 @@ U_COC = [(3, 1, 2), (1, 1, 1)]       # (access count, rows, distinct keys behind
 H_COC = [(3, 1, 1), (1, 1, 1)]
 AGGREGATES = CollectedAggregates(
     num_samples=5, bad_rows=1, pooling={1: {2: 1, 0: 2, 1: 2}, 2: {0: 5}},
-    rejects={(2, REJECT_REASONS.index("null_id")): 1}, feature_coc={0: U_COC, 1: H_COC},
+    rejects={(2, REJECT_REASONS.index("null_id")): 1}, feature_ids={0: 4, 1: 4}, feature_coc={0: U_COC, 1: H_COC},
     table_coc={0: U_COC, 1: H_COC})
 
 
@@ -90,10 +90,20 @@ def test_output_row_refuses_a_misspelt_or_missing_column():
 
 
 def test_reject_limits():
-    check_rejects(MODEL, AGGREGATES, limit=0.2)  # 1 unparseable row of 6; null ids never count
+    check_rejects(MODEL, AGGREGATES, limit=1.0)
+    # g's one id is null: 100% of its ids
+    with pytest.raises(RecShardError, match=r"1 of the 1 ids in column 'g' are null \(100.00%\)") as err:
+        check_rejects(MODEL, AGGREGATES, limit=0.5)
+    assert err.value.reason is Reason.TOO_MANY_REJECTS
+    no_nulls = dataclasses.replace(AGGREGATES, rejects={})
+    check_rejects(MODEL, no_nulls, limit=0.2)  # 1 unparseable row of 6
     with pytest.raises(RecShardError) as err:
-        check_rejects(MODEL, AGGREGATES, limit=0.1)
+        check_rejects(MODEL, no_nulls, limit=0.1)
     assert err.value.reason is Reason.TOO_MANY_REJECTS and "1 unparseable rows out of 6 rows" in str(err.value)
-    nothing = CollectedAggregates(0, 3, {}, {}, {}, {})
+    nothing = CollectedAggregates(0, 3, {}, {}, {}, {}, {})
     with pytest.raises(RecShardError, match=r"no usable samples \(3 rows read, 3 unparseable\)"):
         check_rejects(MODEL, nothing, limit=1.0)
+    absent = dataclasses.replace(no_nulls, feature_ids={})
+    with pytest.raises(RecShardError, match=r"none of the 5 samples has an id in any of the 3 features") as err:
+        check_rejects(MODEL, absent, limit=1.0)
+    assert err.value.reason is Reason.INPUT_MISSING
