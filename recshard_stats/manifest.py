@@ -154,6 +154,7 @@ class BaselinePlan:
     gpu: tuple[int, ...]          # per table, in the manifest's table order
     rows_hbm: tuple[int, ...]
     gpu_cost_ms: tuple[float, ...]
+    torchrec_rating_ms: float | None = None   # in TorchRec's perf model (when torchrec is installed)
 
 
 @dataclasses.dataclass(frozen=True)

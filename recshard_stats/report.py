@@ -167,7 +167,7 @@ def _summary_table(manifest: Manifest, evaluation: Evaluation | None) -> str:
     rating of it where the manifest has one; a TorchRec plan that failed shows TorchRec's error."""
     plan = manifest.plan
     rows = [("recshard", plan.objective_ms, plan.imbalance, plan.uvm_access_fraction, 1.0, plan.torchrec_rating_ms)]
-    rows += [(b.name, b.max_cost_ms, b.imbalance, b.uvm_access_fraction, b.cost_vs_recshard, None)
+    rows += [(b.name, b.max_cost_ms, b.imbalance, b.uvm_access_fraction, b.cost_vs_recshard, b.torchrec_rating_ms)
              for b in plan.baselines]
     rows += [(t.name, t.max_cost_ms, t.imbalance, t.uvm_access_fraction, t.cost_vs_recshard, t.torchrec_rating_ms)
              for t in plan.torchrec if t.error is None]

@@ -24,12 +24,12 @@ _MS = 1e3
 TORCHREC_PLAN_NAME = "torchrec_plan.json"
 
 
-def baseline_plan(cost: PlanCost, best_cost: float) -> BaselinePlan:
+def baseline_plan(cost: PlanCost, best_cost: float, torchrec_rating_ms: float | None = None) -> BaselinePlan:
     return BaselinePlan(name=cost.plan.name, max_cost_ms=cost.max_cost * _MS, imbalance=cost.imbalance,
                         uvm_access_fraction=cost.uvm_access_fraction,
                         cost_vs_recshard=cost.max_cost / best_cost if best_cost > 0 else 1.0,
                         gpu=tuple(cost.plan.gpu), rows_hbm=tuple(cost.plan.rows_hbm),
-                        gpu_cost_ms=tuple(c * _MS for c in cost.gpu_cost))
+                        gpu_cost_ms=tuple(c * _MS for c in cost.gpu_cost), torchrec_rating_ms=torchrec_rating_ms)
 
 
 def torchrec_plan_summary(baseline: TorchRecBaseline, best_cost: float) -> TorchRecPlan:
@@ -67,7 +67,8 @@ def build_manifest(outcome: Outcome, problem: Problem, model: ModelConfig, hardw
         lower_bound_ms=outcome.lower_bound * _MS, gap=outcome.gap, milp_objective_ms=milp.objective_ms,
         milp_bound_ms=milp.bound_ms, solve_seconds=milp.solve_seconds, imbalance=best.imbalance,
         uvm_access_fraction=best.uvm_access_fraction,
-        baselines=tuple(baseline_plan(b, best.max_cost) for b in outcome.baselines),
+        baselines=tuple(baseline_plan(b, best.max_cost, r.rating_ms if r else None) for b, r in
+                        zip(outcome.baselines, outcome.baseline_ratings or (None,) * len(outcome.baselines))),
         torchrec=tuple(torchrec_plan_summary(b, best.max_cost) for b in outcome.torchrec),
         torchrec_rating_ms=outcome.torchrec_rating.rating_ms if outcome.torchrec_rating else None)
     return Manifest(ds=ds, created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(),

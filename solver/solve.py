@@ -31,6 +31,7 @@ class Outcome:
     lower_bound: float          # seconds per batch
     torchrec: tuple[TorchRecBaseline, ...] = ()   # TorchRec's planner's plans
     torchrec_rating: TorchRecRating | None = None  # the best plan in TorchRec's perf and storage models
+    baseline_ratings: tuple[TorchRecRating, ...] = ()  # each baseline's, in order
 
     @property
     def gap(self) -> float:
@@ -59,22 +60,24 @@ def solve_problem(problem: Problem, options: SolveOptions = SolveOptions()) -> O
     log.info("plan: %.4f ms/batch (%s), lower bound %.4f ms, gap %.2f%%, best baseline %.4f ms",
              best.max_cost * 1e3, source, bound * 1e3, (best.max_cost / bound - 1) * 100 if bound else 0,
              min(b.max_cost for b in baselines) * 1e3)
-    return Outcome(best, source, milp, baselines, bound, *_torchrec(problem, options, best.plan))
+    return Outcome(best, source, milp, baselines, bound,
+                   *_torchrec(problem, options, best.plan, [b.plan for b in baselines]))
 
 
-def _torchrec(problem: Problem, options: SolveOptions, plan: Plan):
-    """TorchRec's planner on the same problem, and the plan in TorchRec's models; nothing when
-    torchrec is not installed, not wanted, or does not load."""
+def _torchrec(problem: Problem, options: SolveOptions, plan: Plan, greedy: list[Plan]):
+    """TorchRec's planner on the same problem, and the plan and the baselines in TorchRec's
+    models; nothing when torchrec is not installed, not wanted, or does not load."""
     if not options.torchrec_baselines or importlib.util.find_spec("torchrec") is None:
-        return (), None
+        return (), None, ()
     try:
         from recshard_stats import torchrec as adapter
     except Exception as exc:  # e.g. an FBGEMM built for another torch: the plan does not need it
         log.warning("TorchRec's planner left out: torchrec does not load (%s)", exc)
-        return (), None
+        return (), None, ()
     log.info("TorchRec's planner on the same tables (up to %ds per variant)", options.torchrec_timeout_s)
     baselines = tuple(adapter.torchrec_baselines(problem, options.torchrec_timeout_s))
     for b in baselines:
         log.info("%s: %s", b.name, b.error or f"{b.cost.max_cost * 1e3:.4f} ms/batch in our model, "
                  f"planned in {b.planning_seconds:.1f}s")
-    return baselines, adapter.rate_in_torchrec(problem, plan.gpu, plan.rows_hbm)
+    return (baselines, adapter.rate_in_torchrec(problem, plan.gpu, plan.rows_hbm),
+            tuple(adapter.rate_in_torchrec(problem, g.gpu, g.rows_hbm) for g in greedy))

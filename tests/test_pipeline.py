@@ -144,7 +144,7 @@ def test_torchrecs_plans_are_replayed_shard_by_shard(pipeline):
     manifest = load_manifest(pipeline["manifest"]).manifest
     evaluation = json.loads(pipeline["evaluation"].read_text())
     assert [t.name for t in manifest.plan.torchrec] == ["torchrec_default", "torchrec_stats"]
-    assert manifest.plan.torchrec_rating_ms > 0
+    assert manifest.plan.torchrec_rating_ms > 0 and all(b.torchrec_rating_ms > 0 for b in manifest.plan.baselines)
     train, held_out = parquet_keys(pipeline["day1"], model), parquet_keys(pipeline["day2"], model)
     hw, batch = manifest.hardware, manifest.hardware.batch_size
     for plan in manifest.plan.torchrec:

@@ -355,3 +355,19 @@ def test_csv_with_delimited_lists_profiles_like_the_parquet_it_was_written_from(
     clean = _by(expected, "features", "feature")
     assert features["hist"]["total_accesses"] == clean["hist"]["total_accesses"] + 2  # 5 and 6 are kept
     assert features["user"]["total_accesses"] == clean["user"]["total_accesses"]
+
+
+def test_an_outlying_pooling_factor_is_named_and_an_empty_parquet_file_listed(spark, tmp_path):
+    """One sample with 5,000 ids where the rest have 1-3: named in the metadata as an outlier;
+    a zero-byte Parquet file beside the logs: left out and listed in ``skipped_files``."""
+    rng = np.random.default_rng(3)
+    ids = [rng.integers(0, 50, rng.integers(1, 4)).tolist() for _ in range(400)] + [list(range(5000))]
+    (tmp_path / "logs").mkdir()
+    pq.write_table(pa.table({"h": pa.array(ids, pa.list_(pa.int64()))}), tmp_path / "logs" / "part-0.parquet")
+    (tmp_path / "logs" / "part-1.parquet").write_bytes(b"")
+    model = write_yaml(tmp_path / "m.yaml", {"features": [{"name": "h", "type": "array<int64>"}],
+                                             "tables": [{"name": "t", "features": ["h"], "hash_size": 64, "dim": 4}]})
+    stats = load_stats(run_profile(model, tmp_path / "logs", tmp_path / "stats"))
+    assert stats.metadata.pooling_outliers == {"h": 5000}
+    assert [p.rsplit("/", 1)[-1] for p in stats.metadata.skipped_files] == ["part-1.parquet"]
+    assert _by(stats, "features", "feature")["h"]["pf_p99"] <= 3
