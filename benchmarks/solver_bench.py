@@ -34,6 +34,7 @@ from recshard_stats.stats_reader import load_stats
 from recshard_stats.solver import milp
 from recshard_stats.solver.baselines import all_baselines
 from recshard_stats.solver.heuristic import balanced_plan
+from recshard_stats.solver.local_search import improve, lpt_plan
 from recshard_stats.options import SolveOptions
 from recshard_stats.solver.plan import cost_plan
 from recshard_stats.solver.problem import Problem, TableDemand, build_problem
@@ -66,9 +67,12 @@ def main() -> None:
     parser.add_argument("--stats", required=True, help="a stats partition (e.g. from benchmarks/profile_bench.py)")
     parser.add_argument("--sizes", nargs="+", default=["100x8", "400x16", "1000x64"])
     parser.add_argument("--solvers", nargs="+", default=["glpk", "cbc", "highs"],
-                        help="glpk, cbc, highs, or heuristic (the balanced warm start alone)")
+                        help="glpk, cbc, highs, heuristic (the balanced warm start alone) or search (the LPT "
+                             "start and the local search alone)")
     parser.add_argument("--time-limit", type=float, default=60.0)
     parser.add_argument("--mip-gap", type=float, default=0.01)
+    parser.add_argument("--local-search", type=float, default=SolveOptions.local_search_s,
+                        help="seconds of local search (in each solve: half before the MILP, half after)")
     parser.add_argument("--pressure", type=float, default=5.0, help="total table bytes / total HBM")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", default="conf/synthetic.yaml", help="with --sizes example: the model config")
@@ -98,6 +102,17 @@ def main() -> None:
                 print(f"heuristic: {wall:.1f}s wall, gap to lower bound {plan.max_cost / bound - 1:.2%}")
                 report([plan, *(cost_plan(problem, p) for p in all_baselines(problem))])
                 continue
+            if solver == "search":  # the LPT start and the local search alone, no MILP
+                t0 = time.time()
+                start = lpt_plan(problem)
+                lpt_wall = time.time() - t0
+                plan = cost_plan(problem, improve(problem, start, args.local_search))
+                wall, bound = time.time() - t0, lower_bound(problem)
+                lpt_gap = cost_plan(problem, start).max_cost / bound - 1
+                print(f"search: {wall:.1f}s wall (LPT {lpt_wall:.1f}s, gap {lpt_gap:.2%}), "
+                      f"gap to lower bound {plan.max_cost / bound - 1:.2%}", flush=True)
+                report([plan, *(cost_plan(problem, p) for p in all_baselines(problem))])
+                continue
             if not milp.available(solver):
                 print(f"{solver}: not installed")
                 continue
@@ -105,7 +120,8 @@ def main() -> None:
             try:
                 # TorchRec's planner runs once per instance, above, not once per solver
                 outcome = solve_problem(problem, SolveOptions(solver=solver, time_limit_s=args.time_limit,
-                                                              mip_gap=args.mip_gap, torchrec_baselines=False))
+                                                              mip_gap=args.mip_gap, local_search_s=args.local_search,
+                                                              torchrec_baselines=False))
             except Exception as exc:  # a benchmark reports a failed solver and goes on
                 print(f"{solver}: failed after {time.time() - t0:.1f}s: {exc}", flush=True)
                 continue

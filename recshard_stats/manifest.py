@@ -189,7 +189,7 @@ class TorchRecPlan:
 class PlanSummary:
     solver: str
     status: str                   # "optimal" or "time_limit"
-    source: str                   # "milp" or "warm_start"
+    source: str                   # "milp", "local_search" or "warm_start": what gave the plan
     objective_ms: float           # the shipped plan's slowest GPU, exact cost model
     lower_bound_ms: float
     gap: float

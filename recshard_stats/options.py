@@ -130,6 +130,8 @@ class SolveOptions:
     mip_gap: float = _opt(0.01, "relative MIP gap to stop at")
     cdf_segments: int = _opt(16, "linear pieces of each table's access CDF in the MILP")
     symmetry_breaking: bool = _opt(True, "", flag="--no-symmetry-breaking")
+    local_search_s: float = _opt(20.0, "seconds of local search (moves and swaps judged by the exact split), "
+                                       "half before the MILP and half after it; 0: none", flag="--local-search")
     torchrec_baselines: bool = _opt(True, "leave out TorchRec's planner as a baseline (it runs when torchrec is "
                                           "installed)", flag="--no-torchrec")
     torchrec_timeout_s: int = _opt(120, "seconds TorchRec's planner may search (it keeps its best plan)",
@@ -144,6 +146,8 @@ class SolveOptions:
             raise _invalid(f"--mip-gap must be in [0, 1), got {self.mip_gap}")
         if self.cdf_segments < 1:
             raise _invalid(f"--cdf-segments must be at least 1, got {self.cdf_segments}")
+        if not self.local_search_s >= 0:
+            raise _invalid(f"--local-search must be 0 or more seconds, got {self.local_search_s}")
         if self.torchrec_timeout_s < 1:
             raise _invalid(f"--torchrec-timeout must be at least 1 second, got {self.torchrec_timeout_s}")
 

@@ -1,5 +1,6 @@
-"""The solve stage end to end: baselines, warm start, MILP, exact split, lower bound, and
-TorchRec's planner beside them when torchrec is installed."""
+"""The solve stage end to end: baselines, starts (balanced, LPT, the baselines), local search,
+MILP, local search again, exact split, lower bound, and TorchRec's planner beside them when
+torchrec is installed."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING
 from recshard_stats.options import SolveOptions
 from recshard_stats.solver.baselines import all_baselines
 from recshard_stats.solver.heuristic import balanced_plan
+from recshard_stats.solver.local_search import improve, lpt_plan
 from recshard_stats.solver.milp import MilpResult, solve_milp
 from recshard_stats.solver.plan import Plan, PlanCost, cost_plan, violations
 from recshard_stats.solver.problem import Problem
@@ -25,7 +27,7 @@ log = logging.getLogger(__name__)
 @dataclasses.dataclass(frozen=True)
 class Outcome:
     best: PlanCost              # the plan to ship
-    source: str                 # "milp" or "warm_start" (the MILP did not beat its start)
+    source: str                 # "milp", "local_search" or "warm_start" (what gave the cheapest plan)
     milp: MilpResult
     baselines: tuple[PlanCost, ...]
     lower_bound: float          # seconds per batch
@@ -47,13 +49,25 @@ def solve_problem(problem: Problem, options: SolveOptions = SolveOptions()) -> O
     problem.check_capacity()
     baselines = tuple(cost_plan(problem, p) for p in all_baselines(problem))
     # the balanced plan comes split already; the baselines' assignments get the exact split
-    starts = [cost_plan(problem, p) for p in (balanced_plan(problem), *(polish(problem, b.plan) for b in baselines))]
+    starts = [cost_plan(problem, p) for p in (balanced_plan(problem), lpt_plan(problem),
+                                              *(polish(problem, b.plan) for b in baselines))]
     # an assignment whose trainer buffers overflow a GPU is no start
     start = min((s for s in starts if not violations(problem, s.plan)), key=lambda e: e.max_cost, default=None)
+    start_source = "warm_start"
+    search_s = options.local_search_s / 2  # half before the MILP (its start), half after (its polish)
+    if start is not None and search_s > 0:
+        searched = cost_plan(problem, improve(problem, start.plan, search_s))
+        if searched.max_cost < start.max_cost:
+            start, start_source = searched, "local_search"
     milp = solve_milp(problem, options, start.plan if start else None)
     polished = cost_plan(problem, polish(problem, milp.plan, "recshard"))
-    best, source = ((polished, "milp") if start is None or polished.max_cost <= start.max_cost
-                    else (start, "warm_start"))
+    candidates = [(polished, "milp")]
+    if search_s > 0:
+        candidates.append((cost_plan(problem, improve(problem, polished.plan, search_s, "recshard")), "local_search"))
+    if start is not None:
+        candidates.append((start, start_source))
+    # the first of the cheapest: the MILP's plan unless a search or the start beat it
+    best, source = min(candidates, key=lambda c: c[0].max_cost)
     broken = violations(problem, best.plan)
     assert not broken, broken  # the split never exceeds a capacity by construction
     bound = lower_bound(problem)

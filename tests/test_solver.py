@@ -7,10 +7,10 @@ from recshard_stats.config import HardwareConfig
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.distributions import CountOfCounts
 from recshard_stats.solver import milp
-from recshard_stats.solver.baselines import all_baselines
+from recshard_stats.solver.baselines import all_baselines, greedy
 from recshard_stats.solver.heuristic import balanced_plan
 from recshard_stats.options import SolveOptions
-from recshard_stats.solver.plan import cost_plan, violations
+from recshard_stats.solver.plan import Plan, cost_plan, violations
 from recshard_stats.solver.problem import Problem, TableDemand
 from recshard_stats.solver.solve import polish, solve_problem
 from recshard_stats.solver.waterfill import lower_bound, split
@@ -204,3 +204,34 @@ def test_balanced_start_swaps_off_the_slowest_gpu():
 def test_unknown_solver_is_a_config_error():
     with pytest.raises(RecShardError, match="unknown solver 'gurobi'"):
         SolveOptions(solver="gurobi")
+
+
+def test_local_search_moves_a_table_off_the_slowest_gpu_to_the_optimum():
+    from recshard_stats.solver.local_search import improve
+
+    problem = hand_instance()
+    bad = Plan("bad", (0, 0, 1), (1, 1, 2))  # {A, B} + {C}: 3.005 by hand
+    assert cost_plan(problem, polish(problem, bad)).max_cost == pytest.approx(3.005, rel=1e-9)
+    better = improve(problem, bad, budget_s=5)
+    assert cost_plan(problem, better).max_cost == pytest.approx(2.006, rel=1e-9)
+    assert better.gpu[0] == better.gpu[2] != better.gpu[1]
+
+
+def test_the_search_cost_model_is_the_exact_split():
+    """A GPU's cost in the search (rows taken fractionally) is the exact split's within one row's
+    saving per table, and never above it; every plan the search returns respects capacity and
+    is no worse than its start."""
+    from recshard_stats.solver.local_search import GpuCostModel, improve, lpt_plan
+
+    problem = random_problem(30, 4, seed=3)
+    model = GpuCostModel(problem)
+    for g, tables in enumerate(([0, 1, 2], list(range(10)), list(range(30)))):
+        rows = split(problem, tables, problem.rows_capacity(tables))
+        exact = sum(problem.table_cost(j, rows[j]) for j in tables)
+        worth_a_row = max((problem.uvm_time(j) - problem.hbm_time(j)) / max(problem.tables[j].coc.total_accesses, 1)
+                          * problem.tables[j].coc.counts.max(initial=1) for j in tables)
+        assert exact - len(tables) * worth_a_row - 1e-12 <= model.cost(tables) <= exact + 1e-12
+    for start in (lpt_plan(problem), polish(problem, greedy(problem, "size"))):
+        searched = improve(problem, start, budget_s=5)
+        assert violations(problem, searched) == []
+        assert cost_plan(problem, searched).max_cost <= cost_plan(problem, start).max_cost * (1 + 1e-12)
