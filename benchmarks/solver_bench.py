@@ -127,7 +127,8 @@ def main() -> None:
                 continue
             wall = time.time() - t0
             best = outcome.best
-            print(f"{solver}: {wall:.1f}s wall (MILP {outcome.milp.solve_seconds:.1f}s, status {outcome.milp.status}, "
+            print(f"{solver}: {wall:.1f}s wall (MILP {outcome.milp.solve_seconds:.1f}s with its build "
+                  f"{outcome.milp.build_seconds:.1f}s, status {outcome.milp.status}, "
                   f"plan from {outcome.source}), gap to lower bound {outcome.gap:.2%}", flush=True)
             report([best, *outcome.baselines])
             if torchrec is not None:
