@@ -5,7 +5,9 @@ ideal HBM rows, hence a fixed cost ``c_j`` and HBM bytes ``b_j`` (with the train
 lower bound. Placing tables so that each GPU's ``sum b_j`` fits its HBM and the ``sum c_j``
 are even then gives a plan within the imbalance of the bound: the exact split of each GPU
 (polish) can only do better than the pooled rows it can still afford. Longest-processing-time
-first, then moves and swaps off the slowest GPU while they lower it.
+first (a table that fits on no GPU goes to the emptiest with only the rows it has room for, its
+cost re-evaluated, so no GPU starts over capacity), then moves and swaps off the slowest GPU
+while they lower it.
 """
 
 from __future__ import annotations
@@ -30,7 +32,14 @@ def balanced_plan(problem: Problem) -> Plan:
     gpu = np.zeros(len(tables), dtype=int)
     for j in sorted(tables, key=lambda j: (-cost[j], j)):
         fits = np.flatnonzero(used + size[j] <= cap)
-        g = int(fits[np.argmin(load[fits])]) if len(fits) else int(np.argmin(used))
+        if len(fits):
+            g = int(fits[np.argmin(load[fits])])
+        else:  # on the emptiest GPU, with only the rows it has room for: no GPU starts over capacity
+            g = int(np.argmin(used))
+            t = problem.tables[j]
+            rows = max(0.0, (cap - used[g] - problem.trainer_bytes[j]) // t.row_bytes)
+            size[j] = rows * t.row_bytes + problem.trainer_bytes[j]
+            cost[j] = problem.table_cost(j, rows)
         gpu[j], load[g], used[g] = g, load[g] + cost[j], used[g] + size[j]
 
     for _ in range(MAX_ROUNDS):
