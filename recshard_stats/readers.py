@@ -147,23 +147,18 @@ def _csv_value(value: Column, index: int, feature_type: str, list_separator: str
             ok = _is_int64(value)
             return F.when(present & ok, value.try_cast("bigint")), \
                 F.when(present & ~ok, _reject(index, "not_integer")).otherwise(_empty())
-        parts = F.when(present, F.split(value, _literal(list_separator), -1))
+        parts = F.when(present, F.split(value, re.escape(list_separator), -1))
         kept = F.filter(parts, lambda x: (x == "") | _is_int64(x))
         bad = F.coalesce(F.size(parts) - F.size(kept), F.lit(0))
         return F.transform(kept, lambda x: F.when(x != "", x.try_cast("bigint"))), _reject(index, "not_integer", bad)
     if feature_type == "array<string>":
-        return F.when(present, F.split(value, _literal(list_separator), -1)), _empty()
+        return F.when(present, F.split(value, re.escape(list_separator), -1)), _empty()
     return value, _empty()
 
 
 def _is_int64(text: Column) -> Column:
     """Digits, optionally signed, within int64 (raw ids use all 19 digits)."""
     return text.rlike("^[+-]?[0-9]{1,19}$") & text.try_cast("bigint").isNotNull()
-
-
-def _literal(separator: str) -> str:
-    """A separator as a regular expression matching just itself."""
-    return re.escape(separator)
 
 
 def normalize_csv(df: DataFrame, model: ModelConfig) -> DataFrame:

@@ -73,11 +73,10 @@ def placements(manifest: Manifest) -> list[tuple[str, str, int, int]]:
     taken to hold the hottest seen rows, at most ``c * hash_size`` of them (never-seen rows it
     would take in as they come are not counted: a lower bound on a dynamic cache)."""
     out = [(RECSHARD, t.name, t.rows_hbm, t.unseen_hbm_below_row) for t in manifest.tables]
-    sizes = {t.name: t for t in manifest.tables}
     for plan in manifest.plan.torchrec:
         cached = {s.table: s.cache_load_factor for s in plan.shards if s.cache_load_factor is not None}
-        out += [(plan.name, name, min(round(c * sizes[name].hash_size), sizes[name].unique_rows), 0)
-                for name, c in sorted(cached.items())]
+        out += [(plan.name, t.name, min(round(c * t.hash_size), t.unique_rows), 0)
+                for t, c in ((manifest.table(name), c) for name, c in sorted(cached.items()))]
     return out
 
 

@@ -89,15 +89,13 @@ class HadoopFS:
     def check_writable(self, uri: str) -> None:
         """``uri`` is (or can be made) a directory this job can write in: checked before the work."""
         path = self.path(uri)
+        if self.fs.exists(path) and not self.fs.getFileStatus(path).isDirectory():
+            raise RecShardError(Reason.OUTPUT_INVALID, f"--out {uri} is a file, not a directory",
+                                fixes=("give a directory (it is created if missing)",))
+        probe = f"{uri.rstrip('/')}/_write-probe-{os.getpid()}-{time.time_ns()}"
         try:
-            if self.fs.exists(path) and not self.fs.getFileStatus(path).isDirectory():
-                raise RecShardError(Reason.OUTPUT_INVALID, f"--out {uri} is a file, not a directory",
-                                    fixes=("give a directory (it is created if missing)",))
-            probe = f"{uri.rstrip('/')}/_write-probe-{os.getpid()}-{time.time_ns()}"
             self.write_text(probe, "")
             self.delete(probe)
-        except RecShardError:
-            raise
         except Exception as exc:  # Py4J wraps Hadoop's AccessControlException, IOException...
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise RecShardError(Reason.OUTPUT_INVALID, f"cannot write in --out {uri}: {first}",
@@ -167,19 +165,26 @@ def screen_inputs(spark, inputs: list[str]) -> InputFiles:
     if missing:
         raise RecShardError(Reason.INPUT_MISSING, f"input path(s) not found: {missing}",
                             fixes=("check --input and that the day's logs have landed",))
-    files = [(path, size) for p in inputs for path, size in fs.file_sizes(p)]
-    empty = tuple(path for path, size in files if size == 0)
-    not_logs = tuple(path for path, size in files if size and NOT_LOGS.search(path.rsplit("/", 1)[-1]))
-    for path in empty:
-        log.warning("skipping empty input file %s (0 bytes)", path)
-    for path in not_logs:
-        log.warning("skipping input file %s: its name says it is not a log", path)
-    kept = tuple(path for path, _ in files if path not in empty and path not in not_logs)
-    if not kept:
-        raise RecShardError(Reason.INPUT_MISSING, f"input path(s) hold no data files: {list(inputs)}"
-                            + (f" ({len(empty)} empty, {len(not_logs)} not logs)" if files else ""),
+    empty, not_logs, kept, barren = [], [], [], []
+    for p in inputs:
+        logs = []
+        for path, size in fs.file_sizes(p):
+            if size == 0:
+                empty.append(path)
+                log.warning("skipping empty input file %s (0 bytes)", path)
+            elif NOT_LOGS.search(path.rsplit("/", 1)[-1]):
+                not_logs.append(path)
+                log.warning("skipping input file %s: its name says it is not a log", path)
+            else:
+                logs.append(path)
+        kept += logs
+        if not logs:
+            barren.append(p)
+    if barren:
+        raise RecShardError(Reason.INPUT_MISSING, f"input path(s) hold no data files: {barren}"
+                            + (f" ({len(empty)} empty, {len(not_logs)} not logs)" if empty or not_logs else ""),
                             fixes=("the day's logs may not have landed yet, or were written elsewhere",))
-    return InputFiles(tuple(inputs) if not (empty or not_logs) else kept, empty, not_logs)
+    return InputFiles(tuple(inputs) if not (empty or not_logs) else tuple(kept), tuple(empty), tuple(not_logs))
 
 
 def read_normalized(spark, model, inputs: list[str], sample_fraction: float = 1.0, seed: int = 0):

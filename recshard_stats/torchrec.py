@@ -60,19 +60,19 @@ def is_split(t: TablePlacement) -> bool:
     return t.rows_hbm > 0 and t.rows_uvm > 0
 
 
+def table_parts(name: str, features: tuple[str, ...], hash_size: int, rows_hbm: int, rank: int) -> list[TablePart]:
+    """One table in the split layout: itself whole (``fused`` or ``fused_uvm``), or its HBM part
+    then its UVM part when it has rows in both tiers."""
+    if rows_hbm in (0, hash_size):
+        return [TablePart(name, name, hash_size, 0, rank, unsplit_kernel(rows_hbm, hash_size)[0], features)]
+    return [TablePart(name + HBM_SUFFIX, name, rows_hbm, 0, rank, FUSED, tuple(f + HBM_SUFFIX for f in features)),
+            TablePart(name + UVM_SUFFIX, name, hash_size - rows_hbm, rows_hbm, rank, FUSED_UVM,
+                      tuple(f + UVM_SUFFIX for f in features))]
+
+
 def split_parts(manifest: Manifest) -> list[TablePart]:
     """The tables of the split layout, in manifest order (a table's HBM part before its UVM part)."""
-    parts = []
-    for t in manifest.tables:
-        if not is_split(t):
-            parts.append(TablePart(t.name, t.name, t.hash_size, 0, t.gpu, unsplit_kernel(t.rows_hbm, t.hash_size)[0],
-                                   t.features))
-            continue
-        parts.append(TablePart(t.name + HBM_SUFFIX, t.name, t.rows_hbm, 0, t.gpu, FUSED,
-                               tuple(f + HBM_SUFFIX for f in t.features)))
-        parts.append(TablePart(t.name + UVM_SUFFIX, t.name, t.rows_uvm, t.rows_hbm, t.gpu, FUSED_UVM,
-                               tuple(f + UVM_SUFFIX for f in t.features)))
-    return parts
+    return [p for t in manifest.tables for p in table_parts(t.name, t.features, t.hash_size, t.rows_hbm, t.gpu)]
 
 
 def table_configs(manifest: Manifest, *, split: bool = True) -> list[EmbeddingBagConfig]:
@@ -371,21 +371,20 @@ def rate_in_torchrec(problem: Problem, gpu: tuple[int, ...], rows_hbm: tuple[int
     for j, t in enumerate(problem.tables):
         kernel, load_factor = unsplit_kernel(rows_hbm[j], t.hash_size)
         pooling = _pooling_factors(problem, t)
-        if load_factor is None or cache:
-            parts = [(t.name, t.hash_size, kernel, 1.0, "", load_factor)]
+        if cache and load_factor is not None:
+            parts = [(TablePart(t.name, t.name, t.hash_size, 0, gpu[j], kernel, t.features), 1.0)]
         else:
-            hot = float(t.hbm_fraction(rows_hbm[j]))
-            parts = [(t.name + HBM_SUFFIX, rows_hbm[j], FUSED, hot, HBM_SUFFIX, None),
-                     (t.name + UVM_SUFFIX, t.hash_size - rows_hbm[j], FUSED_UVM, 1.0 - hot, UVM_SUFFIX, None)]
-        for name, rows, part_kernel, share, suffix, clf in parts:
-            features = [f + suffix for f in t.features]
-            configs.append(EmbeddingBagConfig(name=name, embedding_dim=t.dim, num_embeddings=rows,
-                                              feature_names=features, pooling=PoolingType.SUM))
-            constraints[name] = ParameterConstraints(
-                sharding_types=["table_wise"], compute_kernels=[part_kernel], feature_names=features,
+            split = table_parts(t.name, t.features, t.hash_size, rows_hbm[j], gpu[j])
+            hot = float(t.hbm_fraction(rows_hbm[j])) if len(split) == 2 else 1.0
+            parts = list(zip(split, (hot, 1.0 - hot)))  # the HBM part, then the UVM part
+        for part, share in parts:
+            configs.append(EmbeddingBagConfig(name=part.name, embedding_dim=t.dim, num_embeddings=part.rows,
+                                              feature_names=list(part.features), pooling=PoolingType.SUM))
+            constraints[part.name] = ParameterConstraints(
+                sharding_types=["table_wise"], compute_kernels=[part.kernel], feature_names=list(part.features),
                 pooling_factors=[p * share for p in pooling],
-                cache_params=None if clf is None else CacheParams(load_factor=clf))
-            rank_of[name] = gpu[j]
+                cache_params=CacheParams(load_factor=load_factor) if part.kernel == FUSED_UVM_CACHING else None)
+            rank_of[part.name] = gpu[j]
     collection = EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
     options = EmbeddingEnumerator(_topology(problem), _local_batch(problem), constraints).enumerate(
         collection, [EmbeddingBagCollectionSharder()])

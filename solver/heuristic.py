@@ -24,7 +24,7 @@ MAX_ROUNDS = 10_000
 def balanced_plan(problem: Problem) -> Plan:
     tables = list(range(len(problem.tables)))
     g_count, cap = problem.num_gpus, problem.hbm_capacity
-    pooled = split(problem, tables, cap * g_count - problem.buffer_bytes(tables))
+    pooled = split(problem, tables, problem.pooled_rows_capacity)
     cost = np.array([problem.table_cost(j, pooled[j]) for j in tables])
     # HBM a table takes: its pooled rows and the trainer's buffers for it
     size = np.array([pooled[j] * problem.tables[j].row_bytes + problem.trainer_bytes[j] for j in tables])

@@ -19,7 +19,7 @@ import numpy as np
 
 from recshard_stats.solver.plan import Plan
 from recshard_stats.solver.problem import Problem
-from recshard_stats.solver.waterfill import _segments, split_assignment
+from recshard_stats.solver.waterfill import fractional_saving, segments, split_assignment
 
 _EPS = 1e-12
 
@@ -33,7 +33,7 @@ class GpuCostModel:
         self.buffers = np.array(problem.trainer_bytes, dtype=np.float64)
         self.density, self.bytes, self.saved = [], [], []
         for j, t in enumerate(problem.tables):
-            per_row, rows, _ = _segments(problem, [j])
+            per_row, rows, _ = segments(problem, [j])
             self.density.append(per_row / t.row_bytes)      # seconds saved per HBM byte
             self.bytes.append(rows * t.row_bytes)
             self.saved.append(per_row * rows)                # seconds the whole segment saves
@@ -50,19 +50,13 @@ class GpuCostModel:
         size = np.concatenate([self.bytes[j] for j in tables])
         saved = np.concatenate([self.saved[j] for j in tables])
         order = np.argsort(-density, kind="stable")
-        filled = np.cumsum(size[order])
-        whole = int(np.searchsorted(filled, capacity, side="right"))
-        saving = saved[order][:whole].sum()
-        if whole < len(order):  # the segment HBM runs out in, in part
-            left = capacity - (filled[whole - 1] if whole else 0.0)
-            saving += density[order][whole] * left
-        return float(self.uvm[tables].sum() - saving)
+        return float(self.uvm[tables].sum() - fractional_saving(saved[order], size[order], density[order], capacity))
 
 
-def lpt_plan(problem: Problem) -> Plan:
+def lpt_plan(problem: Problem, model: GpuCostModel | None = None) -> Plan:
     """Longest processing time first, by the exact model: the tables, costliest in UVM first,
     each onto the GPU whose exact cost grows the least with it (its buffers must fit)."""
-    model = GpuCostModel(problem)
+    model = model or GpuCostModel(problem)
     members: list[list[int]] = [[] for _ in range(problem.num_gpus)]
     cost = [0.0] * problem.num_gpus
     gpu = [0] * len(problem.tables)
@@ -75,17 +69,17 @@ def lpt_plan(problem: Problem) -> Plan:
     return Plan("lpt", assignment, split_assignment(problem, assignment))
 
 
-def improve(problem: Problem, plan: Plan, budget_s: float = 10.0, name: str | None = None) -> Plan:
-    """The plan's assignment improved by moves and swaps off the slowest GPU, exactly split."""
-    model = GpuCostModel(problem)
-    num_gpus = problem.num_gpus
-    members = [[j for j, g in enumerate(plan.gpu) if g == h] for h in range(num_gpus)]
+def improve(problem: Problem, plan: Plan, budget_s: float = 10.0, name: str | None = None,
+            model: GpuCostModel | None = None) -> Plan:
+    """The plan's assignment improved by moves and swaps off the slowest GPU, exactly split
+    (``model``: the problem's, when the caller has built it already)."""
+    model = model or GpuCostModel(problem)
+    members = [[j for j, g in enumerate(plan.gpu) if g == h] for h in range(problem.num_gpus)]
     cost = [model.cost(m) for m in members]
-    by_cost = np.array([problem.uvm_time(j) for j in range(len(problem.tables))])
     deadline = time.time() + budget_s
     while time.time() < deadline:
         worst = int(np.argmax(cost))
-        change = _first_improvement(model, members, cost, worst, by_cost, deadline)
+        change = _first_improvement(model, members, cost, worst, deadline)
         if change is None:
             break
         h, moved_out, moved_in, new_worst, new_h = change
@@ -100,11 +94,11 @@ def improve(problem: Problem, plan: Plan, budget_s: float = 10.0, name: str | No
     return Plan(name or plan.name, assignment, split_assignment(problem, assignment))
 
 
-def _first_improvement(model: GpuCostModel, members, cost, worst: int, by_cost, deadline: float):
+def _first_improvement(model: GpuCostModel, members, cost, worst: int, deadline: float):
     """The first move or swap that brings the worst GPU and its partner both below the worst
     GPU's cost: (partner, table out of worst, table into worst or None, their new costs)."""
     target = cost[worst] - max(_EPS, 1e-9 * cost[worst])
-    mine = sorted(members[worst], key=lambda j: -by_cost[j])  # the costliest tables first
+    mine = sorted(members[worst], key=lambda j: -model.uvm[j])  # the costliest tables first
     others = sorted((h for h in range(len(members)) if h != worst), key=lambda h: cost[h])
     for j in mine:
         rest = [t for t in members[worst] if t != j]

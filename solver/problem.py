@@ -111,6 +111,11 @@ class Problem:
         """The trainer's buffers of ``tables`` (indices into ``tables``) in HBM."""
         return sum(self.trainer_bytes[j] for j in tables)
 
+    @property
+    def pooled_rows_capacity(self) -> float:
+        """HBM bytes left for rows on all GPUs together, after every table's buffers."""
+        return self.hbm_capacity * self.num_gpus - self.buffer_bytes(range(len(self.tables)))
+
     def rows_capacity(self, tables) -> float:
         """HBM bytes left for rows on a GPU holding ``tables`` (negative: their buffers overflow it)."""
         return self.hbm_capacity - self.buffer_bytes(tables)

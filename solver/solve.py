@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from recshard_stats.options import SolveOptions
 from recshard_stats.solver.baselines import all_baselines
 from recshard_stats.solver.heuristic import balanced_plan
-from recshard_stats.solver.local_search import improve, lpt_plan
+from recshard_stats.solver.local_search import GpuCostModel, improve, lpt_plan
 from recshard_stats.solver.milp import MilpResult, solve_milp
 from recshard_stats.solver.plan import Plan, PlanCost, cost_plan, violations
 from recshard_stats.solver.problem import Problem
@@ -49,21 +49,23 @@ def solve_problem(problem: Problem, options: SolveOptions = SolveOptions()) -> O
     problem.check_capacity()
     baselines = tuple(cost_plan(problem, p) for p in all_baselines(problem))
     # the balanced plan comes split already; the baselines' assignments get the exact split
-    starts = [cost_plan(problem, p) for p in (balanced_plan(problem), lpt_plan(problem),
+    model = GpuCostModel(problem)  # the exact per-GPU cost, for the LPT start and the searches
+    starts = [cost_plan(problem, p) for p in (balanced_plan(problem), lpt_plan(problem, model),
                                               *(polish(problem, b.plan) for b in baselines))]
     # an assignment whose trainer buffers overflow a GPU is no start
     start = min((s for s in starts if not violations(problem, s.plan)), key=lambda e: e.max_cost, default=None)
     start_source = "warm_start"
     search_s = options.local_search_s / 2  # half before the MILP (its start), half after (its polish)
     if start is not None and search_s > 0:
-        searched = cost_plan(problem, improve(problem, start.plan, search_s))
+        searched = cost_plan(problem, improve(problem, start.plan, search_s, model=model))
         if searched.max_cost < start.max_cost:
             start, start_source = searched, "local_search"
     milp = solve_milp(problem, options, start.plan if start else None)
     polished = cost_plan(problem, polish(problem, milp.plan, "recshard"))
     candidates = [(polished, "milp")]
     if search_s > 0:
-        candidates.append((cost_plan(problem, improve(problem, polished.plan, search_s, "recshard")), "local_search"))
+        searched = improve(problem, polished.plan, search_s, "recshard", model)
+        candidates.append((cost_plan(problem, searched), "local_search"))
     if start is not None:
         candidates.append((start, start_source))
     # the first of the cheapest: the MILP's plan unless a search or the start beat it

@@ -20,7 +20,7 @@ import numpy as np
 from recshard_stats.solver.problem import Problem
 
 
-def _segments(problem: Problem, tables: list[int]):
+def segments(problem: Problem, tables: list[int]):
     """(seconds saved per row, rows, owner) of every segment (count classes, then never-seen
     rows), most seconds saved per HBM byte first."""
     saved, size, owner = [], [], []
@@ -40,11 +40,24 @@ def _segments(problem: Problem, tables: list[int]):
     return saved[order][keep], size[order][keep], owner[order][keep]
 
 
+def fractional_saving(saved: np.ndarray, size: np.ndarray, density: np.ndarray, capacity: float) -> float:
+    """Seconds saved by filling ``capacity`` bytes with segments in the given order (most saving
+    per byte first), the one HBM runs out in taken in part. Per segment: ``saved`` seconds in
+    all, ``size`` bytes, ``density`` seconds per byte."""
+    filled = np.cumsum(size)
+    capacity = max(capacity, 0.0)
+    whole = int(np.searchsorted(filled, capacity, side="right"))
+    saving = float(saved[:whole].sum())
+    if whole < len(saved):
+        saving += float(density[whole]) * (capacity - (filled[whole - 1] if whole else 0.0))
+    return saving
+
+
 def split(problem: Problem, tables: list[int], capacity: float) -> dict[int, int]:
     """Rows in HBM for each of ``tables`` sharing ``capacity`` bytes of HBM for rows."""
     rows = {j: 0 for j in tables}
     left = max(capacity, 0.0)
-    for _, n, j in zip(*_segments(problem, tables)):
+    for _, n, j in zip(*segments(problem, tables)):
         rb = problem.tables[j].row_bytes
         take = min(int(n), int(left // rb))
         rows[j] += take
@@ -69,13 +82,9 @@ def lower_bound(problem: Problem) -> float:
     GPU with all of its HBM."""
     everything = list(range(len(problem.tables)))
     total = sum(problem.uvm_time(j) for j in everything)
-    left = problem.rows_capacity(everything) + problem.hbm_capacity * (problem.num_gpus - 1)
-    for saved, n, j in zip(*_segments(problem, everything)):
-        take = min(n, left / problem.tables[j].row_bytes)
-        if take <= 0:
-            break
-        total -= saved * take
-        left -= take * problem.tables[j].row_bytes
+    per_row, rows, owner = segments(problem, everything)
+    row_bytes = np.array([problem.tables[j].row_bytes for j in owner])
+    total -= fractional_saving(per_row * rows, rows * row_bytes, per_row / row_bytes, problem.pooled_rows_capacity)
     single = max((problem.table_cost(j, split(problem, [j], problem.rows_capacity([j]))[j]) for j in everything),
                  default=0.0)
     return max(total / problem.num_gpus, single)
