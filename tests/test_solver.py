@@ -235,3 +235,17 @@ def test_the_search_cost_model_is_the_exact_split():
         searched = improve(problem, start, budget_s=5)
         assert violations(problem, searched) == []
         assert cost_plan(problem, searched).max_cost <= cost_plan(problem, start).max_cost * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_a_never_accessed_table_is_planned_at_no_cost(solver):
+    """A table no sample touched (a feature that was absent all day): every solver plans it,
+    at zero cost, beside a table worked out by hand (A alone on a GPU keeps both rows: 4 x 0.001)."""
+    never = TableDemand(name="Z", features=("Z",), hash_size=5, dim=1, hash="mod", row_bytes=1.0,
+                        accesses_per_batch=0.0, coc=CountOfCounts.of(np.zeros(0, np.int64), np.zeros(0, np.int64)),
+                        pooling_factor=0.0)
+    problem = Problem((table("A", [3, 1], [1, 1], 2), never), hardware())
+    outcome = solve_problem(problem, SolveOptions(solver=solver, time_limit_s=5, torchrec_baselines=False))
+    assert outcome.best.max_cost == pytest.approx(0.004, rel=1e-9)
+    assert outcome.best.table_cost[1] == 0.0 and outcome.best.plan.rows_hbm[0] == 2
+    assert violations(problem, outcome.best.plan) == []
