@@ -19,6 +19,7 @@ import typing
 from recshard_stats.errors import Reason, RecShardError
 
 SOLVERS = ("glpk", "cbc", "highs")
+PARQUET_READERS = ("arrow", "spark")
 DEFAULT_MAX_REJECT_FRACTION = 0.01
 HLL_LG_K_RANGE = (4, 21)
 ROW_SAMPLE_BITS_RANGE = (0, 16)
@@ -96,6 +97,10 @@ class ProfileOptions:
                                            "over the input) and list them in the stats metadata under "
                                            "skipped_files; default: fail")
     max_skipped_files: int = _opt(10, "with --skip-corrupt-files, fail once more files than this are corrupt")
+    parquet_reader: str = _opt("arrow", "Parquet logs: 'arrow' reads them with pyarrow in the Spark tasks (fast; "
+                                        "needs pyarrow on the executors and a filesystem it opens: local, HDFS, "
+                                        "S3, GCS), 'spark' with Spark's reader (any Hadoop filesystem; also used "
+                                        "with --sample-fraction)", choices=PARQUET_READERS)
 
     def __post_init__(self):
         if self.ds is not None:

@@ -2,16 +2,22 @@
 
 The normalized frame has, for feature i of the model config (in config order):
 
-- ``k{i}``: the sample's ids for that feature: ``array<bigint>`` (never null, empty when
-  absent) for multi-hot features, a nullable ``bigint`` for single-hot ones (arrays of one
-  element per value are costly, see :func:`is_multi_hot`). Integer ids stay raw (``xxhash64`` of an integer id is applied later, once per distinct
-  id, see :func:`needs_key_hash`); strings are already their XXH64 key, hex is parsed;
-- ``_rejects``: ``array<bigint>`` of codes ``column * 8 + reason`` for the values of this
-  row that were rejected (they count as absent, and are reported per column and reason);
+- ``k{i}``: the sample's ids for that feature: an array (``array<bigint>``, or
+  ``array<string>`` for string ids; null or empty when absent, and it may hold null ids) for
+  multi-hot features, a nullable ``bigint`` or ``string`` for single-hot ones. Ids are not
+  keys yet: integer ids stay raw (``xxhash64`` is applied once per distinct id after the
+  aggregation, see :func:`needs_key_hash`); string and hex ids stay text (an empty one is
+  absent, a hex one is validated by the profile's counter, and each distinct text becomes its
+  key after the counting: XXH64 of a string, the value of a hex number);
+- ``_rejects``: ``array<bigint>`` (or null) of codes ``column << 8 | reason`` for the values
+  of this row that were rejected (they count as absent, and are reported per column and
+  reason); null ids of a multi-hot feature are counted by the profile itself;
 - ``_valid``: false for a row that could not be parsed at all (it is counted, not used).
 
-Codes: :mod:`recshard_stats.record_codes`. Only scalar
-functions are used per row (no higher-order lambdas, which Spark interprets slowly).
+Codes: :mod:`recshard_stats.record_codes`. Only scalar functions are used per row, so
+Spark keeps the whole projection in generated code (a higher-order lambda such as
+``array_compact``'s filter is interpreted, measured 2.5x slower); the one exception is a
+CSV list of integers, which is validated element by element.
 Pure DataFrame -> DataFrame code: reading files and the SparkSession belong to ``jobs/``.
 """
 
@@ -28,7 +34,6 @@ from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.record_codes import is_multi_hot, reject_code
 
 CRITEO_FIELDS = 1 + len(CRITEO_DENSE) + len(CRITEO_SPARSE)
-HEX_PATTERN = "^[0-9a-fA-F]{1,15}$"
 INT_PATTERN = "^-?[0-9]{1,18}$"
 
 
@@ -41,34 +46,20 @@ def _reject(column: int, reason: str, times: Column | None = None) -> Column:
     return F.array(code) if times is None else F.array_repeat(code, times)
 
 
-def _ids_and_rejects(value: Column, index: int, feature_type: str) -> tuple[Column, Column]:
-    if feature_type == "array<string>":
-        # each string id is its XXH64 key; an empty one is absent, like a null
-        value = F.transform(value, lambda x: F.when(x != "", F.xxhash64(x)))
+def _ids(value: Column, feature_type: str) -> Column:
+    """Null ids of a multi-hot feature (and empty strings) stay in, string and hex ids stay text:
+    the profile's counter drops absent values, counts null ids and rejects what is not hex;
+    each distinct text becomes its key after the counting."""
     if is_multi_hot(feature_type):
-        good = F.array_compact(value).cast("array<bigint>")
-        nulls = F.coalesce(F.size(value) - F.size(good), F.lit(0))
-        return F.coalesce(good, _empty()), _reject(index, "null_id", nulls)
-    if feature_type == "hex":
-        present = value.isNotNull() & (value != "")
-        ok = value.rlike(HEX_PATTERN)
-        ids = F.when(present & ok, F.conv(value, 16, 10).cast("bigint"))
-        return ids, F.when(present & ~ok, _reject(index, "not_hex")).otherwise(_empty())
-    # xxhash64(null) is the seed, not null: absent strings must stay null. An empty string is
-    # absent too (a TSV's missing field), as for every type.
-    if feature_type == "string":
-        return F.when(value.isNotNull() & (value != ""), F.xxhash64(value)), _empty()
-    return value.cast("bigint"), _empty()
+        return value.cast("array<string>" if feature_type == "array<string>" else "array<bigint>")
+    return value if feature_type in ("string", "hex") else value.cast("bigint")
 
 
-def _normalize(df: DataFrame, values: list[Column], model: ModelConfig, extra_rejects: list[Column],
+def _normalize(df: DataFrame, values: list[Column], model: ModelConfig, rejects: list[Column],
                valid: Column) -> DataFrame:
-    cols, rejects = [], []
-    for i, (feature, value) in enumerate(zip(model.features, values)):
-        ids, rej = _ids_and_rejects(value, i, feature.type)
-        cols.append(ids.alias(f"k{i}"))
-        rejects.append(rej)
-    return df.select(*cols, F.concat(*rejects, *extra_rejects).alias("_rejects"), valid.alias("_valid"))
+    ids = [_ids(value, feature.type).alias(f"k{i}") for i, (feature, value) in enumerate(zip(model.features, values))]
+    all_rejects = F.concat(*rejects) if rejects else F.lit(None).cast("array<bigint>")
+    return df.select(*ids, all_rejects.alias("_rejects"), valid.alias("_valid"))
 
 
 _PARQUET_TYPES = {
@@ -137,7 +128,8 @@ def check_csv_columns(columns: list[str], model: ModelConfig, source: str) -> No
                    f"check input.separator ({model.csv.separator!r})"))
 
 
-def _csv_value(value: Column, index: int, feature_type: str, list_separator: str) -> tuple[Column, Column]:
+def _csv_value(value: Column, index: int, feature_type: str,
+               list_separator: str) -> tuple[Column, Column | None]:
     """A CSV field -> the value the typed path takes (as Parquet would hold it), and the rejects
     only text can have (an integer id that is not one). Empty = absent, for every type; in a
     list (``a|b|c``) an empty element is a null id."""
@@ -152,8 +144,8 @@ def _csv_value(value: Column, index: int, feature_type: str, list_separator: str
         bad = F.coalesce(F.size(parts) - F.size(kept), F.lit(0))
         return F.transform(kept, lambda x: F.when(x != "", x.try_cast("bigint"))), _reject(index, "not_integer", bad)
     if feature_type == "array<string>":
-        return F.when(present, F.split(value, re.escape(list_separator), -1)), _empty()
-    return value, _empty()
+        return F.when(present, F.split(value, re.escape(list_separator), -1)), None
+    return value, None
 
 
 def _is_int64(text: Column) -> Column:
@@ -169,5 +161,5 @@ def normalize_csv(df: DataFrame, model: ModelConfig) -> DataFrame:
     for i, feature in enumerate(model.features):
         value, rejects = _csv_value(F.col(f"`{feature.name}`"), i, feature.type, model.csv.list_separator)
         values.append(value)
-        extra.append(rejects)
+        extra += [] if rejects is None else [rejects]
     return _normalize(df, values, model, extra, F.col(CORRUPT_COLUMN).isNull())

@@ -6,8 +6,17 @@ from __future__ import annotations
 
 from recshard_stats.config import CRITEO_DENSE, STRING_TYPES, ModelConfig
 
+# a profile record's code is kind << FEATURE_BITS | feature index (TABLE: a shared table's index,
+# for its ids counted at the table's level)
+ID, POOLING, REJECT, ROW, TABLE = 0, 1, 2, 3, 4
+FEATURE_BITS = 16
+HEX_PATTERN = "^[0-9a-fA-F]{1,15}$"  # a hex id: at most 15 digits, so it fits a signed 64-bit key
 REJECT_REASONS = ("null_id", "not_hex", "not_integer", "wrong_field_count")
 REASON_BITS = 8
+
+
+def record_code(kind: int, feature: int = 0) -> int:
+    return (kind << FEATURE_BITS) | feature
 
 
 def reject_code(column: int, reason: str) -> int:

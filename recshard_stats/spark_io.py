@@ -11,6 +11,7 @@ import logging
 import os
 import pathlib
 import re
+import sys
 import tempfile
 import time
 
@@ -123,6 +124,10 @@ def spark_session(app: str, options: SparkOptions = SparkOptions()):
                                  f"-Dlog4j2.configurationFile={config} -Drecshard.spark.log={spark_log}")
     if options.driver_memory:
         builder = builder.config("spark.driver.memory", options.driver_memory)
+    if not under_spark_submit:
+        # the profile runs Python (pyarrow) in the executors: this interpreter, not whatever python3
+        # is on PATH (PySpark reads only the environment; spark-submit sets it from spark.pyspark.python)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = builder.getOrCreate()
     if spark_log is None:
         spark.sparkContext.setLogLevel("WARN")
@@ -202,6 +207,63 @@ def read_normalized(spark, model, inputs: list[str], sample_fraction: float = 1.
     return normalize_parquet(sample(spark.read.parquet(*inputs)), model, source=", ".join(inputs))
 
 
+def read_partial_counts(spark, model, inputs: list[str], *, parquet_reader: str = "arrow",
+                        sample_fraction: float = 1.0, seed: int = 0):
+    """The logs at ``inputs`` (screened by :func:`screen_inputs`) as the profile's partial counts
+    (:mod:`recshard_stats.partition_counts`). Parquet at full sample is read by pyarrow inside the
+    tasks (``parquet_reader="arrow"``) when pyarrow opens the filesystem; everything else goes
+    through Spark's reader and the normalized frame."""
+    from recshard_stats.partition_counts import RECORD_SCHEMA, PartitionCounter
+
+    counter = PartitionCounter.of([(f.name, f.type) for f in model.features])
+    if model.input_format == "parquet" and parquet_reader == "arrow" and sample_fraction >= 1:
+        files = _arrow_readable_files(spark, inputs)
+        if files is not None:
+            from recshard_stats.readers import check_parquet_schema
+            from recshard_stats.partition_counts import ParquetFileCounter
+
+            check_parquet_schema(spark.read.parquet(*inputs).schema, model, ", ".join(inputs))
+            tasks = _file_tasks(files, spark.sparkContext.defaultParallelism)
+            # one partition per task, each holding its task's number
+            return spark.range(len(tasks), numPartitions=len(tasks)).mapInArrow(
+                ParquetFileCounter(counter, tasks), RECORD_SCHEMA)
+    return read_normalized(spark, model, inputs, sample_fraction, seed).mapInArrow(counter, RECORD_SCHEMA)
+
+
+# a task reads about this many bytes of Parquet (more: fewer partial counts to shuffle, more memory per task)
+TASK_BYTES = 512 << 20
+
+
+def _file_tasks(files: list[tuple[str, int]], parallelism: int) -> tuple[tuple[str, ...], ...]:
+    """Files grouped into a multiple of ``parallelism`` tasks of about equal bytes (largest first,
+    each to the lightest task)."""
+    total = sum(size for _, size in files)
+    count = min(len(files), parallelism * max(1, -(-total // (parallelism * TASK_BYTES))))
+    tasks: list[list[str]] = [[] for _ in range(count)]
+    loads = [0] * count
+    for path, size in sorted(files, key=lambda f: -f[1]):
+        lightest = loads.index(min(loads))
+        tasks[lightest].append(path)
+        loads[lightest] += size
+    return tuple(tuple(task) for task in tasks)
+
+
+def _arrow_readable_files(spark, inputs: list[str]) -> list[tuple[str, int]] | None:
+    """(uri, bytes) of every data file, or None (logged) when pyarrow cannot open their filesystem."""
+    import pyarrow.fs
+
+    from recshard_stats.partition_counts import arrow_uri
+
+    fs = HadoopFS(spark, inputs[0])
+    files = [f for p in inputs for f in fs.file_sizes(p)]
+    try:
+        pyarrow.fs.FileSystem.from_uri(arrow_uri(files[0][0]))
+    except (pyarrow.ArrowException, OSError, ValueError) as exc:
+        log.warning("reading Parquet with Spark's reader (slower): pyarrow cannot open %s (%s)", files[0][0], exc)
+        return None
+    return files
+
+
 def read_csv(spark, model, inputs: list[str]):
     """CSV/TSV logs with a header row: every column a string, plus ``_corrupt_record`` for a
     line whose field count is not the header's (counted as unparseable, not read)."""
@@ -228,7 +290,8 @@ def input_errors(spark, input_format: str, inputs: list[str]):
         yield
     except Exception as exc:  # Py4J / Spark exceptions have no common importable base here
         text = str(exc)
-        match = re.search(r"reading file (\S+?)\.?\s", text) or re.search(r"(\S+) is not a Parquet file", text)
+        # (braces: not the f-string in a Python worker's traceback, the name it formatted)
+        match = re.search(r"reading file ([^\s{}]+?)\.?\s", text) or re.search(r"(\S+) is not a Parquet file", text)
         if match is not None:
             bad = match.group(1)
         elif _decoder_failure(text):

@@ -14,7 +14,8 @@ import shutil
 
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.options import ProfileOptions, RemapOptions, ReplayOptions
-from recshard_stats.spark_io import HadoopFS, input_errors, local_uri, read_normalized, screen_inputs, without_file
+from recshard_stats.spark_io import (HadoopFS, input_errors, local_uri, read_partial_counts, screen_inputs,
+                                     without_file)
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +41,9 @@ def profile_logs(spark, options: ProfileOptions, model=None) -> str:
     while True:
         try:
             with input_errors(spark, model.input_format, inputs):
-                frame = read_normalized(spark, model, inputs, options.sample_fraction, options.seed)
-                result = profile(spark, frame, layout, cdf_points=options.cdf_points,
+                counts = read_partial_counts(spark, model, inputs, parquet_reader=options.parquet_reader,
+                                             sample_fraction=options.sample_fraction, seed=options.seed)
+                result = profile(spark, counts, layout, cdf_points=options.cdf_points,
                                  with_row_counts=options.row_counts,
                                  max_reject_fraction=options.max_reject_fraction, sketch=sketch)
             break
@@ -162,8 +164,8 @@ def replay_logs(spark, options: ReplayOptions) -> pathlib.Path:
     manifest = loaded.manifest
     logs = list(screen_inputs(spark, list(options.logs)).paths)
     with input_errors(spark, manifest.model.input_format, logs):
-        frame = read_normalized(spark, manifest.model, logs)
-        result = profile(spark, frame, ProfileLayout.of(manifest.model), with_row_counts=True,
+        counts = read_partial_counts(spark, manifest.model, logs)
+        result = profile(spark, counts, ProfileLayout.of(manifest.model), with_row_counts=True,
                          max_reject_fraction=options.max_reject_fraction)
     try:
         remap = None

@@ -24,10 +24,12 @@ def synthetic(tmp_path_factory):
     return spec, logs, root
 
 
-@pytest.fixture(scope="module")
-def synthetic_stats(spark, synthetic):
+@pytest.fixture(scope="module", params=["arrow", "spark"])
+def synthetic_stats(spark, synthetic, request):
+    """The synthetic logs profiled with either Parquet reader (pyarrow in the tasks, or Spark's)."""
     spec, logs, root = synthetic
-    return run_profile(spec, logs, root / "stats", "2026-12-01", "--row-counts", "--cdf-points", "40")
+    return run_profile(spec, logs, root / f"stats-{request.param}", "2026-12-01", "--row-counts", "--cdf-points",
+                       "40", "--parquet-reader", request.param)
 
 
 def _by(stats, table, key):
@@ -181,7 +183,8 @@ EDGE_MODEL = {
 }
 
 
-def test_edge_cases(spark, tmp_path):
+@pytest.mark.parametrize("reader", ["arrow", "spark"])
+def test_edge_cases(spark, tmp_path, reader):
     never = [None, [], None, [], []]
     neg = [-1, -11, 9, None, -(2**63)]                        # pmod: 9, 9, 9, -, 2
     big = [[3, 13, 23], [10**15, None], None, [], [2**63 - 1, -3]]  # collisions, ids >= hash_size, null element
@@ -192,7 +195,7 @@ def test_edge_cases(spark, tmp_path):
     pq.write_table(table, tmp_path / "logs" / "part-0.parquet")
     model_path = write_yaml(tmp_path / "m.yaml", EDGE_MODEL)
     stats = load_stats(run_profile(model_path, tmp_path / "logs", tmp_path / "stats", "2026-12-01",
-                                   "--max-reject-fraction", "1"))
+                                   "--max-reject-fraction", "1", "--parquet-reader", reader))
     f = _by(stats, "features", "feature")
     assert f["never"]["present_samples"] == 0 and f["never"]["unique_rows"] == 0
     assert f["never"]["unused_rows"] == 5 and f["never"]["pf_max"] == 0 and f["never"]["coverage"] == 0
@@ -371,3 +374,37 @@ def test_an_outlying_pooling_factor_is_named_and_an_empty_parquet_file_listed(sp
     assert stats.metadata.pooling_outliers == {"h": 5000}
     assert [p.rsplit("/", 1)[-1] for p in stats.metadata.skipped_files] == ["part-1.parquet"]
     assert _by(stats, "features", "feature")["h"]["pf_p99"] <= 3
+
+
+def test_both_parquet_readers_count_messy_files_alike_and_right(spark, tmp_path):
+    """Two files with other integer widths (int32 ids), hex ids (bad, empty, upper case, leading
+    zeros), string lists with empty and null ids, and a file without one of the columns: the
+    pyarrow reader and Spark's give the same statistics, which match a count by hand."""
+    (tmp_path / "logs").mkdir()
+    pq.write_table(pa.table({
+        "i": pa.array([1, 2, None, 2], pa.int32()),
+        "h": pa.array(["0a", "A", "zz", ""], pa.string()),
+        "tags": pa.array([["x", "", None], None, ["y", "x"], []], pa.list_(pa.string()))}),
+        tmp_path / "logs" / "part-0.parquet")
+    pq.write_table(pa.table({
+        "i": pa.array([7], pa.int32()), "h": pa.array(["00a"], pa.string()),
+        "tags": pa.array([["y"]], pa.list_(pa.string()))}), tmp_path / "logs" / "part-1.parquet")
+    model = write_yaml(tmp_path / "m.yaml", {
+        "features": [{"name": "i", "type": "int64"}, {"name": "h", "type": "hex"},
+                     {"name": "tags", "type": "array<string>"}],
+        "tables": [{"name": "ti", "features": ["i"], "hash_size": 100, "dim": 4},
+                   {"name": "th", "features": ["h"], "hash_size": 100, "dim": 4},
+                   {"name": "tt", "features": ["tags"], "hash_size": 1 << 30, "dim": 4, "hash": "xxhash64"}]})
+    runs = {reader: load_stats(run_profile(model, tmp_path / "logs", tmp_path / reader, "2026-12-01",
+                                           "--max-reject-fraction", "1", "--parquet-reader", reader))
+            for reader in ("arrow", "spark")}
+    for name in ("features", "tables", "count_of_counts", "pooling_histogram", "rejects"):
+        assert runs["arrow"].rows(name) == runs["spark"].rows(name), name
+    f = _by(runs["arrow"], "features", "feature")
+    assert (f["i"]["total_accesses"], f["i"]["unique_raw_ids"]) == (4, 3)
+    # 0a, 00a (both 10) and A (10 as well): one id seen three times; zz rejected, "" absent
+    assert (f["h"]["total_accesses"], f["h"]["unique_raw_ids"], f["h"]["rejected_values"]) == (3, 1, 1)
+    assert (f["tags"]["total_accesses"], f["tags"]["unique_raw_ids"], f["tags"]["null_ids"]) == (4, 2, 2)
+    pooling = {r["pooling_factor"]: r["samples"] for r in runs["arrow"].rows("pooling_histogram")
+               if r["feature"] == "tags"}
+    assert pooling == {0: 2, 1: 2, 2: 1}
