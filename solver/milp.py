@@ -32,8 +32,9 @@ _TINY = 1e-7
 class MilpResult:
     plan: Plan                 # assignment from the MILP, split as the MILP chose
     status: str                # "optimal" or "time_limit" (with an incumbent)
-    objective_ms: float        # the MILP's own objective (chord approximation of F)
-    bound_ms: float | None     # the solver's best bound on its objective, when reported
+    objective_ms: float        # the MILP's own objective (F relaxed to lines above it: optimistic)
+    bound_ms: float | None     # the solver's best bound on its objective, when reported: a lower bound
+    #                            on every plan's exact cost
     solve_seconds: float       # wall, the model build included
     build_seconds: float = 0.0  # building the Pyomo model
 
@@ -72,12 +73,18 @@ def build_model(problem: Problem, options: SolveOptions = SolveOptions()) -> pyo
     cuts = []
     for j, table in enumerate(problem.tables):
         rows, frac = breakpoints(table, options.cdf_segments)
-        for k in range(len(rows) - 1):
-            df = (rows[k + 1] - rows[k]) / table.hash_size
-            slope = (frac[k + 1] - frac[k]) / df
-            # tiny coefficients only tighten the cut when dropped (both are >= 0 for a concave F)
-            # and keep the solvers' coefficient range sane
-            cuts.append((j, _clean(slope), _clean(frac[k] - slope * rows[k] / table.hash_size)))
+        # F (the HBM share of accesses) is concave and linear between whole rows: the line through
+        # each breakpoint with F's slope just right of it lies above F, so the hits the MILP may
+        # claim, under the lowest of these lines, are never fewer than the plan really gets and the
+        # solver's bound is a true lower bound (chords lie under F: a bound on them is none).
+        right = table.hbm_fraction(np.minimum(rows + 1, table.hash_size))
+        for r, value, after in zip(rows, frac, right):
+            slope = (after - value) * table.hash_size if r < table.hash_size else 0.0
+            f = r / table.hash_size
+            if slope < _TINY:  # flat at the line's highest value: still above F, no tiny coefficient
+                cuts.append((j, 0.0, value + slope * (1 - f)))
+            else:
+                cuts.append((j, slope, value - slope * f))
         if len(rows) == 1:  # never accessed: no hits at all
             cuts.append((j, 0.0, 0.0))
     m.C = pyo.Set(initialize=[(j, g, c) for c, (j, _, _) in enumerate(cuts) for g in by_table[j]], dimen=3)
@@ -118,9 +125,8 @@ def _set_start(m: pyo.ConcreteModel, problem: Problem, start: Plan, options: Sol
         m.x[j, g].value = 1 if on else 0
         f = start.rows_hbm[j] / problem.tables[j].hash_size if on else 0.0
         m.f[j, g].value = f
-        # the chords' value, not F itself: F lies above them, which would make the start infeasible
-        rows, frac = breakpoints(problem.tables[j], options.cdf_segments)
-        m.y[j, g].value = float(np.interp(start.rows_hbm[j], rows, frac)) if on else 0.0
+        # F itself: the cuts lie above it
+        m.y[j, g].value = float(problem.tables[j].hbm_fraction(start.rows_hbm[j])) if on else 0.0
     m.z.value = max(pyo.value(m.gpu_cost[g]) for g in m.G)
 
 

@@ -198,12 +198,12 @@ def build_problem(stats: StatsPartition, model: ModelConfig, hardware: HardwareC
 
 def breakpoints(table: TableDemand, num: int) -> tuple[np.ndarray, np.ndarray]:
     """(rows, F) at ~num log-spaced points from 0 to unique_rows, then the whole table (F is
-    linear over the never-seen rows): the chords the MILP uses."""
+    linear over the never-seen rows): where the MILP's cut lines touch F."""
     u = table.unique_rows
     if u == 0:
         return np.array([0.0]), np.array([0.0])
-    # from u / 10^4 rows on: a finer head would only add chords too steep for the solvers'
-    # numerics (the first chord then under-estimates F there, which is safe)
+    # from u / 10^4 rows on: a finer head would only add lines too steep for the solvers'
+    # numerics (the first line then lies further above F there: a looser relaxation, still valid)
     head = max(1.0, u / 1e4)
     pts = np.unique(np.round(np.logspace(math.log10(head), math.log10(u), max(num - 1, 1))))
     pts = np.unique(np.concatenate([[0.0], pts, [float(u), float(table.hash_size)]]))

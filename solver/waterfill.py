@@ -78,13 +78,16 @@ def split_assignment(problem: Problem, gpu: tuple[int, ...]) -> tuple[int, ...]:
 
 def lower_bound(problem: Problem) -> float:
     """No plan's slowest GPU can beat: (a) all HBM left by the trainer's buffers pooled and
-    water-filled (rows taken fractionally), divided by G, nor (b) the costliest table alone on a
-    GPU with all of its HBM."""
+    water-filled (rows taken fractionally), divided by G; (b) the costliest table alone on a GPU
+    with all of its HBM; (c) with more tables than GPUs, two of the G + 1 costliest (each alone)
+    share a GPU, which costs at least the two cheapest of them alone."""
     everything = list(range(len(problem.tables)))
     total = sum(problem.uvm_time(j) for j in everything)
     per_row, rows, owner = segments(problem, everything)
     row_bytes = np.array([problem.tables[j].row_bytes for j in owner])
     total -= fractional_saving(per_row * rows, rows * row_bytes, per_row / row_bytes, problem.pooled_rows_capacity)
-    single = max((problem.table_cost(j, split(problem, [j], problem.rows_capacity([j]))[j]) for j in everything),
-                 default=0.0)
-    return max(total / problem.num_gpus, single)
+    alone = sorted((problem.table_cost(j, split(problem, [j], problem.rows_capacity([j]))[j]) for j in everything),
+                   reverse=True)
+    g = problem.num_gpus
+    pair = alone[g - 1] + alone[g] if len(alone) > g else 0.0
+    return max(total / g, alone[0] if alone else 0.0, pair)
