@@ -188,12 +188,12 @@ class TorchRecPlan:
 @dataclasses.dataclass(frozen=True)
 class PlanSummary:
     solver: str
-    status: str                   # "optimal" or "time_limit"
+    status: str                   # "optimal", "time_limit" or "no_incumbent" (the MILP found no plan in time)
     source: str                   # "milp", "local_search" or "warm_start": what gave the plan
     objective_ms: float           # the shipped plan's slowest GPU, exact cost model
     lower_bound_ms: float
     gap: float
-    milp_objective_ms: float
+    milp_objective_ms: float | None  # None: no incumbent
     milp_bound_ms: float | None
     solve_seconds: float
     imbalance: float

@@ -18,7 +18,7 @@ from pyomo.opt import TerminationCondition
 
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.options import SOLVERS, SolveOptions
-from recshard_stats.solver.plan import Plan
+from recshard_stats.solver.plan import Plan, cost_plan
 from recshard_stats.solver.problem import Problem, breakpoints
 
 log = logging.getLogger(__name__)
@@ -30,9 +30,9 @@ _TINY = 1e-7
 
 @dataclasses.dataclass(frozen=True)
 class MilpResult:
-    plan: Plan                 # assignment from the MILP, split as the MILP chose
-    status: str                # "optimal" or "time_limit" (with an incumbent)
-    objective_ms: float        # the MILP's own objective (F relaxed to lines above it: optimistic)
+    plan: Plan                 # assignment from the MILP, split as the MILP chose (no_incumbent: the start)
+    status: str                # "optimal", "time_limit" (with an incumbent) or "no_incumbent" (none in time)
+    objective_ms: float | None  # the MILP's own objective (F relaxed to lines above it: optimistic)
     bound_ms: float | None     # the solver's best bound on its objective, when reported: a lower bound
     #                            on every plan's exact cost
     solve_seconds: float       # wall, the model build included
@@ -119,7 +119,16 @@ def available(solver: str) -> bool:
     return bool(pyo.SolverFactory(_PYOMO_NAME[solver]).available(exception_flag=False))
 
 
-def _set_start(m: pyo.ConcreteModel, problem: Problem, start: Plan, options: SolveOptions) -> None:
+def _canonical(problem: Problem, plan: Plan) -> Plan:
+    """The same plan with its (identical) GPUs renumbered in order of first use by the tables,
+    costliest first: the copy the symmetry breaking keeps."""
+    label: dict[int, int] = {}
+    for j in order_by_cost(problem):
+        label.setdefault(plan.gpu[j], len(label))
+    return dataclasses.replace(plan, gpu=tuple(label[g] for g in plan.gpu))
+
+
+def _set_start(m: pyo.ConcreteModel, problem: Problem, start: Plan) -> None:
     for j, g in m.A:
         on = start.gpu[j] == g
         m.x[j, g].value = 1 if on else 0
@@ -138,6 +147,13 @@ def solve_milp(problem: Problem, options: SolveOptions = SolveOptions(), start: 
     problem.check_capacity()
     t0 = time.time()
     m = build_model(problem, options)
+    if start is not None:
+        start = _canonical(problem, start)
+        _set_start(m, problem, start)
+        # no plan worse than the start: prunes the search (GLPK takes no warm start, this it takes);
+        # the start's exact cost, which its values above reach in the relaxed model too
+        start_ms = cost_plan(problem, start).max_cost * _MS
+        m.no_worse_than_start = pyo.Constraint(expr=m.z <= start_ms * (1 + 1e-6) + 1e-9)
     build_seconds = time.time() - t0
     # the time limit is for the whole MILP stage: the solver gets what the build left
     limit = max(1.0, options.time_limit_s - build_seconds)
@@ -150,7 +166,6 @@ def solve_milp(problem: Problem, options: SolveOptions = SolveOptions(), start: 
         # built-in example with coinor-cbc 2.10); without it CBC finds the optimum HiGHS proves.
         opt.options.update({"sec": limit, "ratioGap": options.mip_gap, "preprocess": "off"})
         if start is not None:
-            _set_start(m, problem, start, options)
             kwargs["warmstart"] = True
     else:
         # straight to HiGHS: the legacy solve() resets opt.config.time_limit to its own default
@@ -160,12 +175,17 @@ def solve_milp(problem: Problem, options: SolveOptions = SolveOptions(), start: 
     results = opt.solve(m, **kwargs)
     seconds = time.time() - t0
     tc = results.solver.termination_condition
-    if tc == TerminationCondition.infeasible:
+    if tc == TerminationCondition.infeasible and start is None:
         raise RecShardError(Reason.INFEASIBLE_HBM, f"{options.solver} proved the sharding problem infeasible",
                             fixes=("raise host_gib or hbm_per_gpu_gib",))
     has_solution = len(results.solution) > 0 if hasattr(results, "solution") else False
     if tc not in (TerminationCondition.optimal, TerminationCondition.maxTimeLimit,
                   TerminationCondition.feasible, TerminationCondition.intermediateNonInteger) or not has_solution:
+        if start is not None:  # the start stands: the solve goes on with it, the status says why
+            log.warning("%s stopped (%s) after %.1fs without a plan of its own; keeping the start",
+                        options.solver, tc, seconds)
+            return MilpResult(dataclasses.replace(start, name=f"milp_{options.solver}"), "no_incumbent", None,
+                              _bound(results), seconds, build_seconds)
         raise RecShardError(Reason.NO_INCUMBENT,
                             f"{options.solver} stopped ({tc}) after {seconds:.1f}s without a feasible plan",
                             fixes=("raise --time-limit", "try --solver cbc or highs"),
@@ -176,9 +196,16 @@ def solve_milp(problem: Problem, options: SolveOptions = SolveOptions(), start: 
         if pyo.value(m.x[j, g]) > 0.5:
             gpu[j] = g
             rows[j] = int(math.floor(pyo.value(m.f[j, g]) * problem.tables[j].hash_size + 1e-6))
-    bound = results.problem.lower_bound if hasattr(results, "problem") else None
-    bound = float(bound) if bound is not None and math.isfinite(float(bound)) else None
     status = "optimal" if tc == TerminationCondition.optimal else "time_limit"
     log.info("%s: %s after %.1fs, objective %.4f ms", options.solver, status, seconds, pyo.value(m.z))
     return MilpResult(Plan(f"milp_{options.solver}", tuple(gpu), tuple(rows)), status, float(pyo.value(m.z)),
-                      bound, seconds, build_seconds)
+                      _bound(results), seconds, build_seconds)
+
+
+def _bound(results) -> float | None:
+    """The solver's proven lower bound on the objective (ms), where it reports a finite one."""
+    try:
+        bound = float(results.problem.lower_bound)
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return bound if math.isfinite(bound) else None

@@ -61,11 +61,13 @@ def solve_problem(problem: Problem, options: SolveOptions = SolveOptions()) -> O
         if searched.max_cost < start.max_cost:
             start, start_source = searched, "local_search"
     milp = solve_milp(problem, options, start.plan if start else None)
-    polished = cost_plan(problem, polish(problem, milp.plan, "recshard"))
-    candidates = [(polished, "milp")]
-    if search_s > 0:
-        searched = improve(problem, polished.plan, search_s, "recshard", model)
-        candidates.append((cost_plan(problem, searched), "local_search"))
+    candidates = []
+    if milp.status != "no_incumbent":  # else its plan is the start's
+        polished = cost_plan(problem, polish(problem, milp.plan, "recshard"))
+        candidates.append((polished, "milp"))
+        if search_s > 0:
+            searched = improve(problem, polished.plan, search_s, "recshard", model)
+            candidates.append((cost_plan(problem, searched), "local_search"))
     if start is not None:
         candidates.append((start, start_source))
     # the first of the cheapest: the MILP's plan unless a search or the start beat it

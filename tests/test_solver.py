@@ -200,6 +200,17 @@ def test_a_solver_stopped_without_a_plan_says_so(monkeypatch):
     assert "glpk stopped (maxTimeLimit) after" in str(err.value) and "without a feasible plan" in str(err.value)
 
 
+def test_a_solver_without_a_plan_of_its_own_leaves_the_start_standing(monkeypatch):
+    """A MILP that stops without an incumbent (GLPK at scale) does not fail the solve: the
+    searched start is shipped, and the manifest's status says the MILP found nothing."""
+    monkeypatch.setattr(milp.pyo, "SolverFactory", lambda name: _NothingFoundSolver())
+    outcome = solve_problem(hand_instance(), SolveOptions(solver="glpk", time_limit_s=1, torchrec_baselines=False))
+    assert outcome.milp.status == "no_incumbent" and outcome.milp.objective_ms is None
+    assert outcome.source in ("warm_start", "local_search")
+    assert outcome.best.max_cost == pytest.approx(2.006, rel=1e-9)  # the search finds the optimum here
+    assert outcome.lower_bound == pytest.approx(1.005, rel=1e-9)    # no MILP bound: the water-fill's
+
+
 class _UncheckedProblem(Problem):
     """Skips the up-front capacity check, so the MILP itself meets the infeasible instance."""
 
