@@ -131,7 +131,8 @@ class ProfileOptions:
 class SolveOptions:
     """What the solver runs with; recorded in the manifest's inputs (their digest names the plan)."""
     solver: str = _opt("cbc", "MILP solver", choices=SOLVERS)
-    time_limit_s: float = _opt(60.0, "seconds", flag="--time-limit")
+    time_limit_s: float = _opt(60.0, "wall seconds for the whole solve: starts, local search, the MILP with its "
+                                     "build (TorchRec's planner, a baseline, is timed apart)", flag="--time-limit")
     mip_gap: float = _opt(0.01, "relative MIP gap to stop at")
     cdf_segments: int = _opt(16, "linear pieces of each table's access CDF in the MILP")
     symmetry_breaking: bool = _opt(True, "", flag="--no-symmetry-breaking")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from recshard_stats.options import SolveOptions
@@ -46,6 +47,9 @@ def polish(problem: Problem, plan: Plan, name: str | None = None) -> Plan:
 
 
 def solve_problem(problem: Problem, options: SolveOptions = SolveOptions()) -> Outcome:
+    """The plan within ``options.time_limit_s`` of wall time (TorchRec's planner apart): the MILP
+    gets what the starts and the first search leave, less the polishing search's share."""
+    began = time.time()
     problem.check_capacity()
     baselines = tuple(cost_plan(problem, p) for p in all_baselines(problem))
     # the balanced plan comes split already; the baselines' assignments get the exact split
@@ -55,12 +59,14 @@ def solve_problem(problem: Problem, options: SolveOptions = SolveOptions()) -> O
     # an assignment whose trainer buffers overflow a GPU is no start
     start = min((s for s in starts if not violations(problem, s.plan)), key=lambda e: e.max_cost, default=None)
     start_source = "warm_start"
-    search_s = options.local_search_s / 2  # half before the MILP (its start), half after (its polish)
+    # half before the MILP (its start), half after (its polish); at most a third of the time limit
+    search_s = min(options.local_search_s, options.time_limit_s / 3) / 2
     if start is not None and search_s > 0:
         searched = cost_plan(problem, improve(problem, start.plan, search_s, model=model))
         if searched.max_cost < start.max_cost:
             start, start_source = searched, "local_search"
-    milp = solve_milp(problem, options, start.plan if start else None)
+    left = options.time_limit_s - (time.time() - began) - search_s
+    milp = solve_milp(problem, dataclasses.replace(options, time_limit_s=max(1.0, left)), start.plan if start else None)
     candidates = []
     if milp.status != "no_incumbent":  # else its plan is the start's
         polished = cost_plan(problem, polish(problem, milp.plan, "recshard"))
