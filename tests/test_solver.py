@@ -58,7 +58,7 @@ def test_hand_instance_optimum(solver):
     # pooled bound: all four rows shared -> (1.003 + 1.003 + 0.004) / 2
     assert lower_bound(problem) == pytest.approx(1.005, rel=1e-9)
     # the MILP's proven bound is the optimum: its lines through whole rows are F itself here
-    assert outcome.lower_bound == pytest.approx(2.006, rel=1e-6)
+    assert outcome.lower_bound == pytest.approx(2.006, rel=2e-5)  # less the solvers' tolerance
 
 
 def test_split_takes_hottest_rows_across_tables():
