@@ -63,15 +63,14 @@ class PartitionCounter:
         pending = _Pending()
         for batch in batches:
             columns = {f.index: batch.column(f"k{f.index}") for f in self.features}
-            self.count(columns, batch.column("_valid"), batch.column("_rejects"), pending)
+            self.count(batch.num_rows, columns, batch.column("_valid"), batch.column("_rejects"), pending)
             yield from pending.flush_if_full()
         yield from pending.flush()
 
-    def count(self, columns: dict[int, pa.Array], valid: pa.Array | None, rejects: pa.Array | None,
+    def count(self, rows: int, columns: dict[int, pa.Array], valid: pa.Array | None, rejects: pa.Array | None,
               pending: "_Pending") -> None:
-        """One batch of samples: feature index -> its column (missing: absent in every sample);
-        ``valid``: parseable rows (None: all); ``rejects``: per row, reject codes (or None)."""
-        rows = len(valid) if valid is not None else len(next(iter(columns.values()), []))
+        """One batch of ``rows`` samples: feature index -> its column (missing: absent in every
+        sample); ``valid``: parseable rows (None: all); ``rejects``: per row, reject codes (or None)."""
         parsed = rows if valid is None else (pc.sum(valid).as_py() or 0)
         pending.tally(record_code(ROW), 1, parsed)
         pending.tally(record_code(ROW), 0, rows - parsed)
@@ -129,12 +128,14 @@ class ParquetFileCounter:
         pending = _Pending()
         for batch in batches:
             for uri in (uri for task in batch.column("id").to_pylist() for uri in self.tasks[task]):
-                for columns in self._read(uri):
-                    self.counter.count(columns, None, None, pending)
+                for rows, columns in self._read(uri):
+                    self.counter.count(rows, columns, None, None, pending)
                     yield from pending.flush_if_full()
         yield from pending.flush()
 
-    def _read(self, uri: str) -> Iterator[dict[int, pa.Array]]:
+    def _read(self, uri: str) -> Iterator[tuple[int, dict[int, pa.Array]]]:
+        """(rows, feature index -> column) per batch of the file; a file without any feature
+        column still has its rows, all absent."""
         import pyarrow.parquet as pq
 
         try:
@@ -151,7 +152,7 @@ class ParquetFileCounter:
                     raise pa.ArrowInvalid(f"column {f.name!r} has type {schema.field(f.name).type}, "
                                           f"the model config says {f.type}")
             for batch in file.iter_batches(PARQUET_BATCH_ROWS, columns=[f.name for f in wanted], use_threads=False):
-                yield {f.index: batch.column(f.name) for f in wanted}
+                yield batch.num_rows, {f.index: batch.column(f.name) for f in wanted}
         except (pa.ArrowException, OSError) as exc:
             raise RuntimeError(f"reading file {uri} failed: {type(exc).__name__}: {exc}") from None
 

@@ -408,3 +408,19 @@ def test_both_parquet_readers_count_messy_files_alike_and_right(spark, tmp_path)
     pooling = {r["pooling_factor"]: r["samples"] for r in runs["arrow"].rows("pooling_histogram")
                if r["feature"] == "tags"}
     assert pooling == {0: 2, 1: 2, 2: 1}
+
+
+@pytest.mark.parametrize("reader", ["arrow", "spark"])
+def test_a_file_without_the_feature_columns_still_counts_its_samples(spark, tmp_path, reader):
+    """One day's file lacks every feature column (another logger wrote it): its rows are samples
+    where every feature is absent, with either reader."""
+    (tmp_path / "logs").mkdir()
+    pq.write_table(pa.table({"a": pa.array([1, 2, 2], pa.int64())}), tmp_path / "logs" / "part-0.parquet")
+    pq.write_table(pa.table({"other": pa.array(list(range(5)), pa.int64())}), tmp_path / "logs" / "part-1.parquet")
+    model = write_yaml(tmp_path / "m.yaml", {"features": [{"name": "a", "type": "int64"}],
+                                             "tables": [{"name": "t", "features": ["a"], "hash_size": 10, "dim": 4}]})
+    stats = load_stats(run_profile(model, tmp_path / "logs", tmp_path / "stats", "2026-12-01",
+                                   "--parquet-reader", reader))
+    row = _by(stats, "features", "feature")["a"]
+    assert stats.metadata.num_samples == 8
+    assert (row["present_samples"], row["total_accesses"], row["coverage"]) == (3, 3, 3 / 8)
