@@ -86,7 +86,7 @@ class PartitionCounter:
     def _count_feature(f: CountedFeature, column: pa.Array, pending: "_Pending") -> None:
         code = record_code(ID, f.index)
         if not is_multi_hot(f.type):
-            if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            if _is_text(column.type):
                 present = pc.and_(pc.is_valid(column), pc.not_equal(column, "")).fill_null(False)
                 if f.type == "hex":
                     ok = pc.match_substring_regex(column, HEX_PATTERN).fill_null(False)
@@ -98,7 +98,7 @@ class PartitionCounter:
                 pending.add(code, column.drop_null().cast(pa.int64()))
             return
         ids = column.flatten()
-        text = pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type)
+        text = _is_text(ids.type)
         lengths = pc.list_value_length(column).fill_null(0).to_numpy(zero_copy_only=False)
         if ids.null_count or text:
             present = pc.is_valid(ids)
@@ -157,17 +157,18 @@ class ParquetFileCounter:
             raise RuntimeError(f"reading file {uri} failed: {type(exc).__name__}: {exc}") from None
 
 
+def _is_text(arrow_type: pa.DataType) -> bool:
+    return pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
+
+
 def _holds(arrow_type: pa.DataType, feature_type: str) -> bool:
     """Whether a Parquet column of ``arrow_type`` holds the ids of a ``feature_type`` feature."""
-    def text(t):
-        return pa.types.is_string(t) or pa.types.is_large_string(t)
-
     if is_multi_hot(feature_type):
         if not (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)):
             return False
         element = arrow_type.value_type
-        return text(element) if feature_type == "array<string>" else pa.types.is_integer(element)
-    return pa.types.is_integer(arrow_type) if feature_type == "int64" else text(arrow_type)
+        return _is_text(element) if feature_type == "array<string>" else pa.types.is_integer(element)
+    return pa.types.is_integer(arrow_type) if feature_type == "int64" else _is_text(arrow_type)
 
 
 def arrow_uri(uri: str) -> str:
@@ -202,7 +203,7 @@ class _Pending:
             counted = pc.value_counts(pa.chunked_array(chunks))
             values, counts = counted.field("values"), counted.field("counts")
             n = len(counted)
-            if text and not pa.types.is_string(values.type):
+            if text and not pa.types.is_string(values.type):  # large_string -> the schema's string
                 values = values.cast(pa.string())
             none = pa.nulls(n, pa.int64() if text else pa.string())
             yield pa.RecordBatch.from_arrays([pa.array(np.full(n, code, np.int32)), none if text else values,

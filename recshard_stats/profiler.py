@@ -1,14 +1,14 @@
-"""The profile: normalized logs -> every per-feature and per-table statistic (docs/design.md,
-"Statistics"), as DataFrame transforms; the driver-side assembly is
+"""The profile: the logs' partial counts -> every per-feature and per-table statistic
+(docs/design.md, "Statistics"), as DataFrame transforms; the driver-side assembly is
 :mod:`recshard_stats.profile_assembly`.
 
 Passes over the input: **one** (two in approximate mode). Each task counts its own
 ``(code, key)`` records in pyarrow (:mod:`~recshard_stats.partition_counts`: ids, multi-hot
-pooling factors, rejected values, input rows) and a single ``groupBy(code, key)`` sums the
-partial counts. Everything after works
-on that aggregate, whose size is the number of distinct ids, not of samples: hashing to rows,
-per-row access counts, count-of-counts. Only count-of-counts and pooling histograms (a few
-thousand numbers per feature, independent of input size) reach the driver.
+pooling factors, rejected values, input rows). In the exact profile the partial counts are
+shuffled once, by (table, row), and every aggregate (per id, per row, count-of-counts, the
+other records' totals) comes out of one job (:func:`_exact`); their size is the number of
+distinct ids, not of samples. Only count-of-counts and pooling histograms (a few thousand
+numbers per feature, independent of input size) reach the driver.
 
 **Approximate mode** (:class:`~recshard_stats.options.SketchOptions`), for inputs whose distinct
 raw ids are too many to aggregate one by one: ids are counted per hashed row instead (at most
@@ -31,8 +31,8 @@ from pyspark.sql import functions as F
 from recshard_stats.options import DEFAULT_MAX_REJECT_FRACTION, ProfileOptions, SketchOptions
 from recshard_stats.profile_assembly import (SAMPLE_BUCKETS, CollectedAggregates, CountTriples, ProfileLayout,
                                              SketchedTotals, assemble, check_rejects)
-from recshard_stats.record_codes import (FEATURE_BITS, ID, POOLING, REJECT, REJECT_REASONS, TABLE, decode_reject,
-                                         record_code)
+from recshard_stats.record_codes import (FEATURE_BITS, ID, POOLING, REJECT, REJECT_REASONS, TABLE, decode_record,
+                                         decode_reject, record_code)
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +101,8 @@ def _decode(records, feature_ids: dict[int, int]) -> CollectedAggregates:
     rejects: dict[tuple[int, int], int] = {}
     feature_ids = dict(feature_ids)
     row_kinds = {0: 0, 1: 0}
-    mask = (1 << FEATURE_BITS) - 1
     for code, key, count in records:
-        kind, feature = code >> FEATURE_BITS, code & mask
+        kind, feature = decode_record(code)
         if kind == ID:
             feature_ids[feature] = count
         elif kind == POOLING:
@@ -194,11 +193,10 @@ def _exact(spark: SparkSession, records: DataFrame, layout: ProfileLayout, with_
     feature_coc: dict[int, CountTriples] = {}
     shared_coc: dict[int, CountTriples] = {}
     others = []
-    mask = (1 << FEATURE_BITS) - 1
     for code, b, rows, keys, total in small.collect():  # the one job
-        kind = code >> FEATURE_BITS
+        kind, index = decode_record(code)
         if kind in (ID, TABLE):
-            (feature_coc if kind == ID else shared_coc).setdefault(code & mask, []).append((b, rows, keys))
+            (feature_coc if kind == ID else shared_coc).setdefault(index, []).append((b, rows, keys))
         else:
             others.append((code, b, total))
     feature_ids = {f: sum(c * rows for c, rows, _ in triples) for f, triples in feature_coc.items()}
@@ -256,9 +254,10 @@ def _sketched_distributions(spark: SparkSession, agg: DataFrame, sketches: DataF
     table_coc = _unshared_tables(table_coc, feature_coc, layout)
     accesses = counted.feature_ids
     # the sketches are a few KiB per feature: collected once, so the second pass runs once
-    mask = (1 << FEATURE_BITS) - 1
-    collected = [(r["code"] & mask, layout.features[r["code"] & mask].table, r["ids"], r["rows"])
-                 for r in sketches.collect()]
+    collected = []
+    for r in sketches.collect():
+        _, f = decode_record(r["code"])
+        collected.append((f, layout.features[f].table, r["ids"], r["rows"]))
     small = spark.createDataFrame(collected, "f int, t int, ids binary, rows binary")
 
     def estimates(level: str) -> dict[int, tuple[float, float]]:

@@ -19,6 +19,11 @@ def record_code(kind: int, feature: int = 0) -> int:
     return (kind << FEATURE_BITS) | feature
 
 
+def decode_record(code: int) -> tuple[int, int]:
+    """A record's code -> (kind, feature or table index)."""
+    return code >> FEATURE_BITS, code & ((1 << FEATURE_BITS) - 1)
+
+
 def reject_code(column: int, reason: str) -> int:
     return (column << REASON_BITS) | REJECT_REASONS.index(reason)
 

@@ -120,26 +120,6 @@ def available(solver: str) -> bool:
     return bool(pyo.SolverFactory(_PYOMO_NAME[solver]).available(exception_flag=False))
 
 
-def _canonical(problem: Problem, plan: Plan) -> Plan:
-    """The same plan with its (identical) GPUs renumbered in order of first use by the tables,
-    costliest first: the copy the symmetry breaking keeps."""
-    label: dict[int, int] = {}
-    for j in order_by_cost(problem):
-        label.setdefault(plan.gpu[j], len(label))
-    return dataclasses.replace(plan, gpu=tuple(label[g] for g in plan.gpu))
-
-
-def _set_start(m: pyo.ConcreteModel, problem: Problem, start: Plan) -> None:
-    for j, g in m.A:
-        on = start.gpu[j] == g
-        m.x[j, g].value = 1 if on else 0
-        f = start.rows_hbm[j] / problem.tables[j].hash_size if on else 0.0
-        m.f[j, g].value = f
-        # F itself: the cuts lie above it
-        m.y[j, g].value = float(problem.tables[j].hbm_fraction(start.rows_hbm[j])) if on else 0.0
-    m.z.value = max(pyo.value(m.gpu_cost[g]) for g in m.G)
-
-
 def solve_milp(problem: Problem, options: SolveOptions = SolveOptions(), start: Plan | None = None) -> MilpResult:
     if not available(options.solver):
         raise RecShardError(Reason.SOLVER_UNAVAILABLE, f"solver {options.solver!r} is not installed",
@@ -149,10 +129,9 @@ def solve_milp(problem: Problem, options: SolveOptions = SolveOptions(), start: 
     t0 = time.time()
     m = build_model(problem, options)
     if start is not None:
-        start = _canonical(problem, start)
-        _set_start(m, problem, start)
-        # no plan worse than the start: prunes the search (GLPK takes no warm start, this it takes);
-        # the start's exact cost, which its values above reach in the relaxed model too
+        # no plan worse than the start: prunes the search (no solver gets a warm start here, see
+        # CBC below). The start's exact cost: its copy with the GPUs numbered as the symmetry
+        # breaking wants, y = F (under every cut), reaches it in the model too.
         start_ms = cost_plan(problem, start).max_cost * _MS
         m.no_worse_than_start = pyo.Constraint(expr=m.z <= start_ms * (1 + 1e-6) + 1e-9)
     build_seconds = time.time() - t0
