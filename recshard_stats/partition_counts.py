@@ -13,9 +13,8 @@ Two sources feed the same counter (:class:`PartitionCounter`):
 
 - the normalized frame of :mod:`recshard_stats.readers` (any input format, Spark's readers);
 - Parquet files read here with pyarrow (:class:`ParquetFileCounter`): Spark's row-based
-  reader and its row -> Arrow conversion cost more than the counting itself (measured 8.3 s
-  for 10^6 samples through an identity ``mapInArrow``, against 0.8 s to count 250 000
-  samples in pyarrow on one core).
+  reader and its row -> Arrow conversion cost more than the counting itself (the profile
+  through them takes 2.2-2.9x as long: BENCHMARKS.md, issue 17).
 
 Absent values, as in the readers: null and empty strings. In a multi-hot feature a null id
 (an empty string too) is not an id, does not count in the pooling factor, and is reported as a
