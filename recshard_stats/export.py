@@ -1,7 +1,8 @@
 """The plan in TorchRec's terms, as JSON (``torchrec_plan.json``) a TorchRec user reads without
 this package, and the kernel choice :mod:`recshard_stats.torchrec` uses too.
 
-Per table: ``sharding_type`` ``table_wise`` on one rank; compute kernel ``fused`` when the whole
+Per table: ``sharding_type`` ``table_wise`` on one rank, or ``column_wise`` on its column shards'
+ranks (equal column widths, in column order); compute kernel ``fused`` when the whole
 table is in HBM, ``fused_uvm`` when none of it is, else ``fused_uvm_caching`` with the HBM share
 of rows as ``cache_load_factor`` (TorchRec's own cache; RecShard's static split of such a table
 into an HBM and a UVM part is :func:`recshard_stats.torchrec.sharding_plan`); and
@@ -32,8 +33,8 @@ def torchrec_plan(manifest: Manifest) -> dict:
     for t in manifest.tables:
         kernel, load_factor = unsplit_kernel(t.rows_hbm, t.hash_size)
         tables[t.name] = {
-            "sharding_type": "table_wise",
-            "ranks": [t.gpu],
+            "sharding_type": "column_wise" if t.column_shards else "table_wise",
+            "ranks": list(t.ranks),
             "compute_kernel": kernel,
             "cache_load_factor": load_factor,
             "num_embeddings": t.hash_size,

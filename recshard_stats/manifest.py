@@ -105,6 +105,27 @@ class RemapFile:
 
 
 @dataclasses.dataclass(frozen=True)
+class ColumnShard:
+    """One column shard of a table cut column-wise (TorchRec's ``column_wise``): its GPU and its
+    columns. Every shard of a table keeps the table's ``rows_hbm`` hottest rows in HBM (the same
+    remap order, of its own columns)."""
+    gpu: int
+    first_column: int
+    columns: int
+    predicted_cost_ms: float
+    trainer_buffer_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuPart:
+    """What a table puts on one GPU: all of it, or one column shard (``share`` of its columns)."""
+    gpu: int
+    share: float
+    predicted_cost_ms: float
+    trainer_buffer_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
 class TablePlacement:
     """One table: where it lives, how it is split, and what the solver predicted for it."""
     name: str
@@ -127,10 +148,24 @@ class TablePlacement:
     remap: RemapFile | None              # None until `recshard remap` has run
     unseen_hbm_below_row: int = 0        # never-seen rows below this row are in HBM (set by remap)
     trainer_buffer_bytes: int = 0        # HBM its GPU keeps for the trainer's ids and pooled outputs
+    column_shards: tuple[ColumnShard, ...] = ()   # a hot table cut column-wise (gpu: the first shard's);
+    #                                               empty: the whole table is on gpu
 
     @property
     def fully_in_hbm(self) -> bool:
         return self.rows_hbm == self.hash_size
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """The GPUs holding it: its column shards', in column order, or its one GPU."""
+        return tuple(s.gpu for s in self.column_shards) or (self.gpu,)
+
+    @property
+    def gpu_parts(self) -> tuple[GpuPart, ...]:
+        if not self.column_shards:
+            return (GpuPart(self.gpu, 1.0, self.predicted_cost_ms, self.trainer_buffer_bytes),)
+        return tuple(GpuPart(s.gpu, s.columns / self.dim, s.predicted_cost_ms, s.trainer_buffer_bytes)
+                     for s in self.column_shards)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -245,7 +280,8 @@ class Manifest:
                             fixes=(f"tables: {sorted(t.name for t in self.tables)[:10]}",))
 
     def tables_on(self, gpu: int) -> list[TablePlacement]:
-        return [t for t in self.tables if t.gpu == gpu]
+        """Tables with rows on the GPU: whole, or one of their column shards."""
+        return [t for t in self.tables if gpu in t.ranks]
 
     def to_json(self) -> str:
         data = to_plain(self)
@@ -322,11 +358,35 @@ def _check_table(t: TablePlacement, num_gpus: int) -> None:
     if t.unique_rows > t.hash_size or t.unused_rows != t.hash_size - t.unique_rows:
         raise _invalid(f"{where}: unique_rows {t.unique_rows} and unused_rows {t.unused_rows} do not add up to "
                        f"hash_size {t.hash_size}")
+    if t.column_shards:
+        _check_column_shards(t, num_gpus)
     if t.remap is not None:
         if t.remap.path != f"remap/{t.name}.parquet":
             raise _invalid(f"{where}: its remap file is {t.remap.path!r}, not remap/{t.name}.parquet")
         if t.remap.rows != t.unique_rows:
             raise _invalid(f"{where}: its remap holds {t.remap.rows} rows, unique_rows is {t.unique_rows}")
+
+
+def _check_column_shards(t: TablePlacement, num_gpus: int) -> None:
+    where = f"table {t.name!r}"
+    shards = t.column_shards
+    gpus = [s.gpu for s in shards]
+    if len(shards) < 2 or len(set(gpus)) != len(gpus) or not all(0 <= g < num_gpus for g in gpus) \
+            or gpus[0] != t.gpu:
+        raise _invalid(f"{where}: column shards on GPUs {gpus} must be two or more, on distinct GPUs below "
+                       f"{num_gpus}, the first on its gpu {t.gpu}")
+    first = 0
+    for s in shards:
+        _non_negative(where, predicted_cost_ms=s.predicted_cost_ms, trainer_buffer_bytes=s.trainer_buffer_bytes)
+        if s.first_column != first or s.columns < 1:
+            raise _invalid(f"{where}: column shard {s} does not start at column {first} or holds no column")
+        first += s.columns
+    if first != t.dim:
+        raise _invalid(f"{where}: its column shards hold {first} columns, its dim is {t.dim}")
+    cost = sum(s.predicted_cost_ms for s in shards)
+    if abs(t.predicted_cost_ms - cost) > _EPS * max(cost, 1e-12) + 1e-12 \
+            or t.trainer_buffer_bytes != sum(s.trainer_buffer_bytes for s in shards):
+        raise _invalid(f"{where}: predicted_cost_ms and trainer_buffer_bytes must add up its column shards'")
 
 
 def _check_gpus(m: Manifest) -> None:
@@ -340,16 +400,17 @@ def _check_gpus(m: Manifest) -> None:
         if sorted(g.tables) != sorted(t.name for t in mine):
             raise _invalid(f"{where} lists tables {sorted(g.tables)}, the tables placed on it are "
                            f"{sorted(t.name for t in mine)}")
-        used = sum(t.rows_hbm * t.row_bytes for t in mine)
+        parts = [(t, p) for t in mine for p in t.gpu_parts if p.gpu == rank]
+        used = sum(t.rows_hbm * t.row_bytes * p.share for t, p in parts)
         if abs(g.hbm_bytes_used - used) > 1 + _EPS * used:
             raise _invalid(f"{where}: hbm_bytes_used {g.hbm_bytes_used}, its tables' HBM rows take {used:.0f}")
-        buffers = sum(t.trainer_buffer_bytes for t in mine)
+        buffers = sum(p.trainer_buffer_bytes for _, p in parts)
         if g.trainer_buffer_bytes != buffers:
             raise _invalid(f"{where}: trainer_buffer_bytes {g.trainer_buffer_bytes}, its tables' add up to {buffers}")
         if g.hbm_bytes_used + buffers > g.hbm_bytes_capacity:
             raise _invalid(f"{where} uses {g.hbm_bytes_used} bytes of HBM for rows and {buffers} for the trainer's "
                            f"buffers, more than its {g.hbm_bytes_capacity}")
-        cost = sum(t.predicted_cost_ms for t in mine)
+        cost = sum(p.predicted_cost_ms for _, p in parts)
         if abs(g.predicted_cost_ms - cost) > _EPS * max(cost, 1e-12) + 1e-12:
             raise _invalid(f"{where}: predicted_cost_ms {g.predicted_cost_ms}, its tables add up to {cost}")
 

@@ -138,6 +138,8 @@ class SolveOptions:
     symmetry_breaking: bool = _opt(True, "", flag="--no-symmetry-breaking")
     local_search_s: float = _opt(20.0, "seconds of local search (moves and swaps judged by the exact split), "
                                        "half before the MILP and half after it; 0: none", flag="--local-search")
+    max_column_shards: int = _opt(8, "most column shards a hot table may be cut into (a power of 2 that divides "
+                                     "its dim, at most the GPUs); 1: every table whole", flag="--max-column-shards")
     torchrec_baselines: bool = _opt(True, "leave out TorchRec's planner as a baseline (it runs when torchrec is "
                                           "installed)", flag="--no-torchrec")
     torchrec_timeout_s: int = _opt(120, "seconds TorchRec's planner may search (it keeps its best plan)",
@@ -154,6 +156,8 @@ class SolveOptions:
             raise _invalid(f"--cdf-segments must be at least 1, got {self.cdf_segments}")
         if not self.local_search_s >= 0:
             raise _invalid(f"--local-search must be 0 or more seconds, got {self.local_search_s}")
+        if self.max_column_shards < 1 or self.max_column_shards & (self.max_column_shards - 1):
+            raise _invalid(f"--max-column-shards must be a power of 2 (1: no splits), got {self.max_column_shards}")
         if self.torchrec_timeout_s < 1:
             raise _invalid(f"--torchrec-timeout must be at least 1 second, got {self.torchrec_timeout_s}")
 

@@ -135,7 +135,14 @@ def summarize(manifest: Manifest, hits: dict[tuple[str, str], dict], num_samples
         return placement_cost(manifest.num_gpus, gpu, accesses, row_bytes, hbm_fraction, hw.hbm_bandwidth,
                               hw.uvm_bandwidth)
 
-    recshard = _replayed(cost([t.gpu for t in manifest.tables], fractions), manifest.plan.objective_ms,
+    # a table cut column-wise costs on each shard's GPU its share of the columns' bytes
+    parts = [(j, p) for j, t in enumerate(manifest.tables) for p in t.gpu_parts]
+    by_part = placement_cost(manifest.num_gpus, [p.gpu for _, p in parts], [accesses[j] for j, _ in parts],
+                             [row_bytes[j] * p.share for j, p in parts], [fractions[j] for j, _ in parts],
+                             hw.hbm_bandwidth, hw.uvm_bandwidth)
+    # ... and serves each lookup of the table once
+    uvm = sum(a * (1 - f) for a, f in zip(accesses, fractions)) / sum(accesses) if sum(accesses) else 0.0
+    recshard = _replayed(dataclasses.replace(by_part, uvm_access_fraction=uvm), manifest.plan.objective_ms,
                          manifest.plan.uvm_access_fraction, None)
     plans = {RECSHARD: recshard}
     for b in manifest.plan.baselines:

@@ -185,6 +185,18 @@ def _summary_table(manifest: Manifest, evaluation: Evaluation | None) -> str:
     return f"<table>{head}{body}</table>" + (f'<ul id="torchrec-errors">{failed}</ul>' if failed else "")
 
 
+def _placement_table(manifest: Manifest) -> str:
+    """Per table: its GPU, or its column shards' GPUs, its HBM rows and its predicted cost."""
+    head = ("<tr><th>table</th><th>GPU</th><th>layout</th><th>rows in HBM</th><th>of rows</th>"
+            "<th>predicted HBM hits</th><th>predicted ms/batch</th></tr>")
+    body = "".join(
+        f"<tr><td>{html.escape(t.name)}</td><td>{', '.join(map(str, t.ranks))}</td>"
+        f"<td>{f'column-wise x{len(t.column_shards)}' if t.column_shards else 'table-wise'}</td>"
+        f"<td>{t.rows_hbm:,}</td><td>{t.hash_size:,}</td><td>{t.predicted_hbm_access_fraction:.2%}</td>"
+        f"<td>{t.predicted_cost_ms:.4f}</td></tr>" for t in manifest.tables)
+    return f'<table id="placement">{head}{body}</table>'
+
+
 def render(manifest_path, stats_path=None, evaluation_path=None) -> str:
     import matplotlib
 
@@ -203,6 +215,7 @@ def render(manifest_path, stats_path=None, evaluation_path=None) -> str:
     blocks = "\n".join(f'<figure id="fig-{name}"><img alt="{name}" src="data:image/png;base64,{_png(fig)}">'
                        f"</figure>" for name, fig in figures)
     title = f"RecShard plan {html.escape(manifest.ds)} ({html.escape(manifest.model.name)})"
+    cut = sum(1 for t in manifest.tables if t.column_shards)
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{title}</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse}}
@@ -212,9 +225,12 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}figure{{margin:1.
 <p id="summary">{len(manifest.tables)} tables on {manifest.num_gpus} GPUs; solver {html.escape(plan.solver)}
 ({html.escape(plan.status)}, plan from {html.escape(plan.source)}); slowest GPU
 <b>{plan.objective_ms:.4f} ms</b> per batch; lower bound {plan.lower_bound_ms:.4f} ms;
-gap <b>{plan.gap:.2%}</b>; {stats.metadata.num_samples} samples profiled.{_skipped(stats.metadata)}</p>
+gap <b>{plan.gap:.2%}</b>; {stats.metadata.num_samples} samples profiled; {cut} table(s) cut into column
+shards.{_skipped(stats.metadata)}</p>
 {_summary_table(manifest, evaluation)}
 {blocks}
+<h2>Placement</h2>
+{_placement_table(manifest)}
 </body></html>
 """
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -32,7 +33,7 @@ from torch import nn
 from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor, KeyedTensor, PoolingType
 from torchrec.distributed.planner.constants import UVM_CACHING_RATIO
 from torchrec.distributed.planner.types import ParameterConstraints
-from torchrec.distributed.sharding_plan import construct_module_sharding_plan, table_wise
+from torchrec.distributed.sharding_plan import column_wise, construct_module_sharding_plan, table_wise
 from torchrec.distributed.types import CacheParams, CacheStatistics, ShardingPlan
 
 from recshard_stats.costmodel import GpuCosts, shard_cost
@@ -50,7 +51,7 @@ class TablePart:
     table: str              # the manifest table it comes from
     rows: int
     first_row: int          # its row 0 is this position of the table's remap order
-    rank: int
+    ranks: tuple[int, ...]  # one rank (table_wise), or the table's column shards' ranks (column_wise)
     kernel: str
     features: tuple[str, ...]
 
@@ -60,19 +61,28 @@ def is_split(t: TablePlacement) -> bool:
     return t.rows_hbm > 0 and t.rows_uvm > 0
 
 
-def table_parts(name: str, features: tuple[str, ...], hash_size: int, rows_hbm: int, rank: int) -> list[TablePart]:
+def table_parts(name: str, features: tuple[str, ...], hash_size: int, rows_hbm: int,
+                ranks: tuple[int, ...]) -> list[TablePart]:
     """One table in the split layout: itself whole (``fused`` or ``fused_uvm``), or its HBM part
-    then its UVM part when it has rows in both tiers."""
+    then its UVM part when it has rows in both tiers; each part on the table's ranks (column
+    shards of a table cut column-wise hold the same rows)."""
     if rows_hbm in (0, hash_size):
-        return [TablePart(name, name, hash_size, 0, rank, unsplit_kernel(rows_hbm, hash_size)[0], features)]
-    return [TablePart(name + HBM_SUFFIX, name, rows_hbm, 0, rank, FUSED, tuple(f + HBM_SUFFIX for f in features)),
-            TablePart(name + UVM_SUFFIX, name, hash_size - rows_hbm, rows_hbm, rank, FUSED_UVM,
+        return [TablePart(name, name, hash_size, 0, ranks, unsplit_kernel(rows_hbm, hash_size)[0], features)]
+    return [TablePart(name + HBM_SUFFIX, name, rows_hbm, 0, ranks, FUSED, tuple(f + HBM_SUFFIX for f in features)),
+            TablePart(name + UVM_SUFFIX, name, hash_size - rows_hbm, rows_hbm, ranks, FUSED_UVM,
                       tuple(f + UVM_SUFFIX for f in features))]
 
 
 def split_parts(manifest: Manifest) -> list[TablePart]:
     """The tables of the split layout, in manifest order (a table's HBM part before its UVM part)."""
-    return [p for t in manifest.tables for p in table_parts(t.name, t.features, t.hash_size, t.rows_hbm, t.gpu)]
+    return [p for t in manifest.tables for p in table_parts(t.name, t.features, t.hash_size, t.rows_hbm, t.ranks)]
+
+
+def _layout(ranks: tuple[int, ...], kernel: str):
+    """``table_wise`` on one rank, ``column_wise`` (equal widths, in column order) on several."""
+    if len(ranks) == 1:
+        return table_wise(rank=ranks[0], compute_kernel=kernel)
+    return column_wise(ranks=list(ranks), compute_kernel=kernel)
 
 
 def table_configs(manifest: Manifest, *, split: bool = True) -> list[EmbeddingBagConfig]:
@@ -106,13 +116,13 @@ def sharding_plan(manifest: Manifest, module_path: str = "", *, split: bool = Tr
     per_table = {}
     if split:
         for p in split_parts(manifest):
-            per_table[p.name] = table_wise(rank=p.rank, compute_kernel=FUSED if device_type == "cpu" else p.kernel)
+            per_table[p.name] = _layout(p.ranks, FUSED if device_type == "cpu" else p.kernel)
     else:
         for t in manifest.tables:
             kernel, load_factor = unsplit_kernel(t.rows_hbm, t.hash_size)
             if load_factor is not None and not cache:
                 raise ValueError(f"table {t.name!r} has rows in both tiers: plan it with split=True or cache=True")
-            per_table[t.name] = table_wise(rank=t.gpu, compute_kernel=FUSED if device_type == "cpu" else kernel)
+            per_table[t.name] = _layout(t.ranks, FUSED if device_type == "cpu" else kernel)
             if load_factor is not None and device_type != "cpu":
                 per_table[t.name] = _with_cache(per_table[t.name], CacheParams(load_factor=load_factor))
     plan = construct_module_sharding_plan(module, per_table, local_size=local_world_size or manifest.num_gpus,
@@ -357,42 +367,47 @@ def _quiet_planner():
 
 
 @_quiet_planner()
-def rate_in_torchrec(problem: Problem, gpu: tuple[int, ...], rows_hbm: tuple[int, ...], *,
+def rate_in_torchrec(problem: Problem, gpu: Sequence[int | tuple[int, ...]], rows_hbm: tuple[int, ...], *,
                      cache: bool = False) -> TorchRecRating:
-    """Our placement (``gpu``, ``rows_hbm`` per table) in TorchRec's perf and storage models, laid out
-    as :func:`sharding_plan` runs it: table-wise on its rank, ``fused`` wholly in HBM, ``fused_uvm``
-    wholly in UVM, and a table with rows in both tiers as the static split's two parts (``fused``
-    HBM part, ``fused_uvm`` UVM part; each looks up its predicted share of the ids). ``cache=True``:
-    such a table is one ``fused_uvm_caching`` table instead, the HBM share of rows as load factor."""
+    """Our placement (per table: its rank, or its column shards' ranks, and its ``rows_hbm``) in
+    TorchRec's perf and storage models, laid out as :func:`sharding_plan` runs it: table-wise on
+    its rank (column-wise on its shards' ranks), ``fused`` wholly in HBM, ``fused_uvm`` wholly in
+    UVM, and a table with rows in both tiers as the static split's two parts (``fused`` HBM part,
+    ``fused_uvm`` UVM part; each looks up its predicted share of the ids). ``cache=True``: such a
+    table is one ``fused_uvm_caching`` table instead, the HBM share of rows as load factor."""
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
 
-    configs, constraints, rank_of = [], {}, {}
+    configs, constraints, ranks_of = [], {}, {}
     for j, t in enumerate(problem.tables):
+        ranks = (gpu[j],) if isinstance(gpu[j], int) else tuple(gpu[j])
         kernel, load_factor = unsplit_kernel(rows_hbm[j], t.hash_size)
         pooling = _pooling_factors(problem, t)
         if cache and load_factor is not None:
-            parts = [(TablePart(t.name, t.name, t.hash_size, 0, gpu[j], kernel, t.features), 1.0)]
+            parts = [(TablePart(t.name, t.name, t.hash_size, 0, ranks, kernel, t.features), 1.0)]
         else:
-            split = table_parts(t.name, t.features, t.hash_size, rows_hbm[j], gpu[j])
+            split = table_parts(t.name, t.features, t.hash_size, rows_hbm[j], ranks)
             hot = float(t.hbm_fraction(rows_hbm[j])) if len(split) == 2 else 1.0
             parts = list(zip(split, (hot, 1.0 - hot)))  # the HBM part, then the UVM part
         for part, share in parts:
             configs.append(EmbeddingBagConfig(name=part.name, embedding_dim=t.dim, num_embeddings=part.rows,
                                               feature_names=list(part.features), pooling=PoolingType.SUM))
             constraints[part.name] = ParameterConstraints(
-                sharding_types=["table_wise"], compute_kernels=[part.kernel], feature_names=list(part.features),
-                pooling_factors=[p * share for p in pooling],
+                sharding_types=["table_wise" if len(ranks) == 1 else "column_wise"], compute_kernels=[part.kernel],
+                feature_names=list(part.features), pooling_factors=[p * share for p in pooling],
+                min_partition=t.dim // len(ranks) if len(ranks) > 1 else None,
                 cache_params=CacheParams(load_factor=load_factor) if part.kernel == FUSED_UVM_CACHING else None)
-            rank_of[part.name] = gpu[j]
+            ranks_of[part.name] = ranks
     collection = EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
     options = EmbeddingEnumerator(_topology(problem), _local_batch(problem), constraints).enumerate(
         collection, [EmbeddingBagCollectionSharder()])
     perf, hbm = [0.0] * problem.num_gpus, [0] * problem.num_gpus
     for option in options:
-        shard = option.shards[0]
-        perf[rank_of[option.name]] += shard.perf.total
-        hbm[rank_of[option.name]] += shard.storage.hbm
+        ranks = ranks_of[option.name]
+        assert len(option.shards) == len(ranks), (option.name, len(option.shards), ranks)
+        for rank, shard in zip(ranks, option.shards):
+            perf[rank] += shard.perf.total
+            hbm[rank] += shard.storage.hbm
     usable = int(problem.hardware.hbm_bytes_per_gpu * (1 - problem.hardware.hbm_reserved_fraction))
     return TorchRecRating(max(perf), tuple(hbm), usable)
 

@@ -7,7 +7,7 @@ are even then gives a plan within the imbalance of the bound: the exact split of
 (polish) can only do better than the pooled rows it can still afford. Longest-processing-time
 first (a table that fits on no GPU goes to the emptiest with only the rows it has room for, its
 cost re-evaluated, so no GPU starts over capacity), then moves and swaps off the slowest GPU
-while they lower it.
+while they lower it. Column shards of one table never share a GPU.
 """
 
 from __future__ import annotations
@@ -30,17 +30,23 @@ def balanced_plan(problem: Problem) -> Plan:
     size = np.array([pooled[j] * problem.tables[j].row_bytes + problem.trainer_bytes[j] for j in tables])
     load, used = np.zeros(g_count), np.zeros(g_count)
     gpu = np.zeros(len(tables), dtype=int)
+    placed = np.zeros(len(tables), dtype=bool)
+    siblings = problem.siblings
+
+    def free(j: int, h: int, leaving: int | None = None) -> bool:  # no shard of j's table on h
+        return all(not placed[s] or gpu[s] != h or s == leaving for s in siblings[j])
+
     for j in sorted(tables, key=lambda j: (-cost[j], j)):
-        fits = np.flatnonzero(used + size[j] <= cap)
+        fits = np.array([h for h in np.flatnonzero(used + size[j] <= cap) if free(j, h)], dtype=int)
         if len(fits):
             g = int(fits[np.argmin(load[fits])])
         else:  # on the emptiest GPU, with only the rows it has room for: no GPU starts over capacity
-            g = int(np.argmin(used))
+            g = int(min((h for h in range(g_count) if free(j, h)), key=lambda h: used[h]))
             t = problem.tables[j]
             rows = max(0.0, (cap - used[g] - problem.trainer_bytes[j]) // t.row_bytes)
             size[j] = rows * t.row_bytes + problem.trainer_bytes[j]
             cost[j] = problem.table_cost(j, rows)
-        gpu[j], load[g], used[g] = g, load[g] + cost[j], used[g] + size[j]
+        gpu[j], load[g], used[g], placed[j] = g, load[g] + cost[j], used[g] + size[j], True
 
     for _ in range(MAX_ROUNDS):
         worst = int(np.argmax(load))
@@ -50,13 +56,15 @@ def balanced_plan(problem: Problem) -> Plan:
             for h in range(g_count):
                 if h == worst:
                     continue
+                if not free(j, h):
+                    continue
                 if used[h] + size[j] <= cap:  # move j to h
                     peak = max(load[worst] - cost[j], load[h] + cost[j])
                     if peak < best_peak - 1e-15:
                         best_peak, best_move = peak, (j, h, None)
                 for k in np.flatnonzero(gpu == h):  # swap j and k
                     if cost[k] >= cost[j] or used[h] - size[k] + size[j] > cap \
-                            or used[worst] - size[j] + size[k] > cap:
+                            or used[worst] - size[j] + size[k] > cap or not free(k, worst, j):
                         continue
                     peak = max(load[worst] - cost[j] + cost[k], load[h] - cost[k] + cost[j])
                     if peak < best_peak - 1e-15:

@@ -1,13 +1,24 @@
-"""Local search over the assignment: moves and swaps off the slowest GPU, each judged by the
-exact split of the two GPUs it touches.
+"""Local search over the assignment: moves and swaps between GPUs, judged by each GPU's split.
 
 A GPU's cost with a given set of tables is their all-in-UVM time less what its HBM saves when
 filled with rows in decreasing saving per byte (the water-filling of :mod:`solver.waterfill`).
-Each table's segments (seconds saved per row, rows, bytes) are computed once, so a GPU's cost is
-a concatenation, a sort and a cumulative sum in numpy: well under a millisecond for the tables
-of one GPU. From a start, the search moves one table of the slowest GPU to another GPU, or
-swaps it with one there, taking the first change that lowers the slowest of the two below the
-slowest GPU's cost, until none does or the time budget runs out. The result is split exactly
+To judge thousands of changes a second, every table's filling is tabulated once on one grid of
+saving-per-byte levels shared by all tables: at each level, the bytes of its rows worth at least
+that much and the seconds they save. A GPU's table is then the sum of its tables' (a vector add
+per change), the level where its HBM runs out a search, and its saving interpolated between two
+levels (levels 0.3% apart: the interpolation, a chord of the concave saving curve, is a hair
+pessimistic). Every change of a neighbourhood is judged at once in numpy.
+
+Two phases alternate until neither helps or the time budget runs out:
+
+- *the slowest GPU down*: the move of one of its tables to another GPU, or the swap of one with a
+  table there, that leaves the higher of the two lowest;
+- *HBM where it saves most*: between the slowest GPUs and the others, the change that lowers the
+  two GPUs' summed cost most without either passing the slowest: a GPU whose HBM holds rows
+  worth less than another's takes hotter, smaller tables from it, so the GPUs' water levels
+  meet (at one level everywhere the plan would reach the pooled bound).
+
+Column shards of one table never share a GPU. The result is split exactly
 (:func:`~recshard_stats.solver.waterfill.split_assignment`) like every other plan.
 """
 
@@ -19,110 +30,262 @@ import numpy as np
 
 from recshard_stats.solver.plan import Plan
 from recshard_stats.solver.problem import Problem
-from recshard_stats.solver.waterfill import fractional_saving, segments, split_assignment
+from recshard_stats.solver.waterfill import segments, split_assignment
 
-_EPS = 1e-12
+LEVELS = 256      # saving-per-byte levels within NEAR times the pooled water level (1.8% apart)
+FAR_LEVELS = 32   # levels above and below those
+NEAR = 10.0
+_REL = 1e-9  # a change must gain this share of a cost: no cycling on rounding
 
 
 class GpuCostModel:
-    """Cost of any set of tables on one GPU, from precomputed per-table segments."""
+    """Cost of any set of tables on one GPU, from per-table fillings on a shared level grid."""
 
     def __init__(self, problem: Problem):
         self.problem = problem
-        self.uvm = np.array([problem.uvm_time(j) for j in range(len(problem.tables))])
+        n = len(problem.tables)
+        self.uvm = np.array([problem.uvm_time(j) for j in range(n)])
         self.buffers = np.array(problem.trainer_bytes, dtype=np.float64)
-        self.density, self.bytes, self.saved = [], [], []
+        self.capacity = problem.hbm_capacity
+        fills, cache = [], {}
         for j, t in enumerate(problem.tables):
-            per_row, rows, _ = segments(problem, [j])
-            self.density.append(per_row / t.row_bytes)      # seconds saved per HBM byte
-            self.bytes.append(rows * t.row_bytes)
-            self.saved.append(per_row * rows)                # seconds the whole segment saves
+            key = problem.parent[j] if problem.parent else j  # a table's shards fill alike
+            if key not in cache:
+                per_row, rows, _ = segments(problem, [j])
+                keep = per_row > 0
+                cache[key] = (per_row[keep] / t.row_bytes, rows[keep] * t.row_bytes, per_row[keep] * rows[keep])
+            fills.append(cache[key])
+        self.levels = _levels(problem, fills)
+        # bytes[j, i] / saved[j, i]: table j's rows worth at least levels[i - 1] per byte (i = 0: none)
+        self.bytes = np.zeros((n, len(self.levels) + 1))
+        self.saved = np.zeros((n, len(self.levels) + 1))
+        for j, (density, size, saved) in enumerate(fills):
+            upto = np.searchsorted(-density, -self.levels * (1 - 1e-12), side="right")
+            self.bytes[j, 1:] = np.concatenate([[0.0], np.cumsum(size)])[upto]
+            self.saved[j, 1:] = np.concatenate([[0.0], np.cumsum(saved)])[upto]
 
-    def cost(self, tables: list[int]) -> float:
-        """Seconds per batch of a GPU holding ``tables`` with its HBM split exactly (rows taken
-        fractionally); infinite when their trainer buffers overflow its HBM."""
+    def cost_of(self, bytes_, saved, uvm, buffers) -> np.ndarray:
+        """Costs of GPUs given their summed fillings (``[..., levels + 1]``), UVM times and buffers."""
+        bytes_, saved = np.asarray(bytes_), np.asarray(saved)
+        capacity = self.capacity - np.asarray(buffers, dtype=np.float64)
+        cap = np.maximum(capacity, 0.0)[..., None]
+        last = bytes_.shape[-1] - 1
+        i = np.minimum((bytes_ <= cap).sum(-1) - 1, last)
+        nxt = np.minimum(i + 1, last)
+        b0 = np.take_along_axis(bytes_, i[..., None], -1)
+        b1 = np.take_along_axis(bytes_, nxt[..., None], -1)
+        s0 = np.take_along_axis(saved, i[..., None], -1)
+        s1 = np.take_along_axis(saved, nxt[..., None], -1)
+        width = b1 - b0
+        part = np.where(width > 0, (cap - b0) / np.where(width > 0, width, 1.0), 0.0)
+        saving = (s0 + np.clip(part, 0.0, 1.0) * (s1 - s0))[..., 0]
+        return np.where(capacity < 0, np.inf, np.asarray(uvm) - saving)
+
+    def cost(self, tables) -> float:
+        tables = list(tables)
         if not tables:
             return 0.0
-        capacity = self.problem.hbm_capacity - self.buffers[tables].sum()
-        if capacity < 0:
-            return float("inf")
-        density = np.concatenate([self.density[j] for j in tables])
-        size = np.concatenate([self.bytes[j] for j in tables])
-        saved = np.concatenate([self.saved[j] for j in tables])
-        order = np.argsort(-density, kind="stable")
-        return float(self.uvm[tables].sum() - fractional_saving(saved[order], size[order], density[order], capacity))
+        return float(self.cost_of(self.bytes[tables].sum(0), self.saved[tables].sum(0), self.uvm[tables].sum(),
+                                  self.buffers[tables].sum()))
+
+
+def _levels(problem: Problem, fills) -> np.ndarray:
+    """Saving-per-byte levels, highest first: dense around the pooled water level (where every
+    GPU's HBM runs out in a balanced plan), sparse far from it (rows there are in HBM, or in UVM,
+    whatever the plan)."""
+    if not fills or not sum(len(f[0]) for f in fills):
+        return np.zeros(0)
+    density = np.concatenate([f[0] for f in fills])
+    size = np.concatenate([f[1] for f in fills])
+    order = np.argsort(-density)
+    filled = np.cumsum(size[order])
+    water = density[order][min(int(np.searchsorted(filled, problem.pooled_rows_capacity)), len(order) - 1)]
+    top, low = density.max(), density.min()
+    near_top, near_low = min(top, water * NEAR), max(low, water / NEAR)
+    levels = np.concatenate([np.geomspace(top, near_top, FAR_LEVELS), np.geomspace(near_top, near_low, LEVELS),
+                             np.geomspace(near_low, low, FAR_LEVELS)])
+    return np.unique(levels)[::-1]
+
+
+class _State:
+    """An assignment with each GPU's summed filling, for changes judged by vector adds."""
+
+    def __init__(self, model: GpuCostModel, gpu):
+        self.model = model
+        self.gpu = np.array(gpu, dtype=int)
+        g = model.problem.num_gpus
+        self.bytes = np.zeros((g, model.bytes.shape[1]))
+        self.saved = np.zeros_like(self.bytes)
+        self.uvm, self.buffers = np.zeros(g), np.zeros(g)
+        np.add.at(self.bytes, self.gpu, model.bytes)
+        np.add.at(self.saved, self.gpu, model.saved)
+        np.add.at(self.uvm, self.gpu, model.uvm)
+        np.add.at(self.buffers, self.gpu, model.buffers)
+        self.cost = model.cost_of(self.bytes, self.saved, self.uvm, self.buffers)
+        # per-table tables with a zero row appended: index -1 (no table) reads it
+        self.padded = tuple(np.concatenate([a, np.zeros((1, *a.shape[1:]))])
+                            for a in (model.bytes, model.saved, model.uvm, model.buffers))
+        siblings = model.problem.siblings
+        width = max((len(s) for s in siblings), default=0)
+        # siblings[j]: the other shards of j's table, padded with -1 (None: no table is split)
+        self.siblings = np.array([list(s) + [-1] * (width - len(s)) for s in siblings], dtype=int) if width else None
+
+    def water_levels(self) -> np.ndarray:
+        """Per GPU: the level index where its HBM runs out (higher: rows worth less per byte)."""
+        cap = np.maximum(self.model.capacity - self.buffers, 0.0)
+        return (self.bytes <= cap[:, None]).sum(1)
+
+    def members(self, h: int) -> np.ndarray:
+        return np.flatnonzero(self.gpu == h)
+
+    def _with(self, h: int, out: np.ndarray, into: np.ndarray) -> np.ndarray:
+        """Costs of GPU h with, for each pair, table out[i] taken away and into[i] added (-1: none,
+        the zero row at the end of the padded tables). Only the bytes are summed over every level;
+        the savings only at the two levels around where HBM runs out."""
+        bytes_, saved, uvm, buffers = self.padded
+        capacity = self.model.capacity - (self.buffers[h] - buffers[out] + buffers[into])
+        cap = np.maximum(capacity, 0.0)
+        b = self.bytes[h] - bytes_[out] + bytes_[into]
+        last = b.shape[1] - 1
+        i = np.clip((b <= cap[:, None]).sum(1) - 1, 0, last)
+        nxt = np.minimum(i + 1, last)
+        r = np.arange(len(out))
+        b0, b1 = b[r, i], b[r, nxt]
+        s0 = self.saved[h, i] - saved[out, i] + saved[into, i]
+        s1 = self.saved[h, nxt] - saved[out, nxt] + saved[into, nxt]
+        width = b1 - b0
+        part = np.clip((cap - b0) / np.where(width > 0, width, 1.0), 0.0, 1.0) * (width > 0)
+        cost = self.uvm[h] - uvm[out] + uvm[into] - (s0 + part * (s1 - s0))
+        return np.where(capacity < 0, np.inf, cost)
+
+    def _conflicts(self, tables: np.ndarray, h: int, leaving: np.ndarray) -> np.ndarray:
+        """Per pair: would tables[i] join GPU h, from which leaving[i] goes, beside a shard of its table?"""
+        sib = self.siblings[np.maximum(tables, 0)]
+        there = (sib >= 0) & (self.gpu[np.maximum(sib, 0)] == h) & (sib != leaving[:, None])
+        return (tables >= 0) & there.any(1)
+
+    def changes(self, a: int, b: int):
+        """Every move of a table between GPUs a and b and every swap of one of a's with one of
+        b's: (table from a or -1, table from b or -1, new cost of a, new cost of b)."""
+        ma, mb = self.members(a), self.members(b)
+        pa = np.concatenate([ma, np.full(len(mb), -1), np.repeat(ma, len(mb))]).astype(int)
+        pb = np.concatenate([np.full(len(ma), -1), mb, np.tile(mb, len(ma))]).astype(int)
+        if self.siblings is not None and len(pa):
+            keep = ~(self._conflicts(pa, b, pb) | self._conflicts(pb, a, pa))
+            pa, pb = pa[keep], pb[keep]
+        if not len(pa):
+            return pa, pb, np.zeros(0), np.zeros(0)
+        return pa, pb, self._with(a, pa, pb), self._with(b, pb, pa)
+
+    def apply(self, a: int, b: int, x: int, y: int, cost_a: float, cost_b: float) -> None:
+        m = self.model
+        for table, src, dst in ((x, a, b), (y, b, a)):
+            if table < 0:
+                continue
+            self.gpu[table] = dst
+            for total, per in ((self.bytes, m.bytes), (self.saved, m.saved)):
+                total[src] -= per[table]
+                total[dst] += per[table]
+            for total, per in ((self.uvm, m.uvm), (self.buffers, m.buffers)):
+                total[src] -= per[table]
+                total[dst] += per[table]
+        self.cost[a], self.cost[b] = cost_a, cost_b
 
 
 def lpt_plan(problem: Problem, model: GpuCostModel | None = None) -> Plan:
-    """Longest processing time first, by the exact model: the tables, costliest in UVM first,
-    each onto the GPU whose exact cost grows the least with it (its buffers must fit)."""
+    """Longest processing time first: the tables, costliest in UVM first, each onto the GPU whose
+    cost after taking it is lowest (its buffers must fit; never beside a shard of its table)."""
     model = model or GpuCostModel(problem)
-    members: list[list[int]] = [[] for _ in range(problem.num_gpus)]
-    cost = [0.0] * problem.num_gpus
+    g = problem.num_gpus
+    bytes_, saved = np.zeros((g, model.bytes.shape[1])), np.zeros((g, model.bytes.shape[1]))
+    uvm, buffers = np.zeros(g), np.zeros(g)
     gpu = [0] * len(problem.tables)
+    placed = np.zeros(len(problem.tables), dtype=bool)
     for j in sorted(range(len(problem.tables)), key=lambda j: (-model.uvm[j], j)):
-        new = [model.cost(m + [j]) for m in members]
-        h = int(np.argmin([max(n, c) for n, c in zip(new, cost)]))
-        members[h].append(j)
-        cost[h], gpu[j] = new[h], h
+        new = model.cost_of(bytes_ + model.bytes[j], saved + model.saved[j], uvm + model.uvm[j],
+                            buffers + model.buffers[j])
+        for s in problem.siblings[j]:
+            if placed[s]:
+                new[gpu[s]] = np.inf
+        h = int(np.argmin(new)) if np.isfinite(new).any() else int(np.argmin(buffers))
+        gpu[j], placed[j] = h, True
+        bytes_[h] += model.bytes[j]
+        saved[h] += model.saved[j]
+        uvm[h] += model.uvm[j]
+        buffers[h] += model.buffers[j]
     assignment = tuple(gpu)
     return Plan("lpt", assignment, split_assignment(problem, assignment))
 
 
 def improve(problem: Problem, plan: Plan, budget_s: float = 10.0, name: str | None = None,
             model: GpuCostModel | None = None) -> Plan:
-    """The plan's assignment improved by moves and swaps off the slowest GPU, exactly split
+    """The plan's assignment improved by the two phases (module docstring), exactly split
     (``model``: the problem's, when the caller has built it already)."""
     model = model or GpuCostModel(problem)
-    members = [[j for j, g in enumerate(plan.gpu) if g == h] for h in range(problem.num_gpus)]
-    cost = [model.cost(m) for m in members]
+    state = _State(model, plan.gpu)
     deadline = time.time() + budget_s
     while time.time() < deadline:
-        worst = int(np.argmax(cost))
-        change = _first_improvement(model, members, cost, worst, deadline)
-        if change is None:
+        if _lower_slowest(state, deadline):
+            continue
+        if not _meet_water_levels(state, deadline):
             break
-        h, moved_out, moved_in, new_worst, new_h = change
-        members[worst] = [j for j in members[worst] if j != moved_out] + ([moved_in] if moved_in is not None else [])
-        members[h] = [j for j in members[h] if j != moved_in] + [moved_out]
-        cost[worst], cost[h] = new_worst, new_h
-    gpu = [0] * len(problem.tables)
-    for h, tables in enumerate(members):
-        for j in tables:
-            gpu[j] = h
-    assignment = tuple(gpu)
+    assignment = tuple(int(g) for g in state.gpu)
     return Plan(name or plan.name, assignment, split_assignment(problem, assignment))
 
 
-def _first_improvement(model: GpuCostModel, members, cost, worst: int, deadline: float):
-    """The first move or swap that brings the worst GPU and its partner both below the worst
-    GPU's cost: (partner, table out of worst, table into worst or None, their new costs)."""
-    target = cost[worst] - max(_EPS, 1e-9 * cost[worst])
-    mine = sorted(members[worst], key=lambda j: -model.uvm[j])  # the costliest tables first
-    others = sorted((h for h in range(len(members)) if h != worst), key=lambda h: cost[h])
-    for j in mine:
-        rest = [t for t in members[worst] if t != j]
-        new_worst = model.cost(rest)
-        for h in others:
-            if cost[h] >= target:
-                break
-            new_h = model.cost(members[h] + [j])
-            if max(new_worst, new_h) < target:
-                return h, j, None, new_worst, new_h
+def _lower_slowest(state: _State, deadline: float) -> bool:
+    """The change between the slowest GPU and another that leaves the higher of the two lowest,
+    if it is below the slowest's cost now."""
+    worst = int(np.argmax(state.cost))
+    target = state.cost[worst] * (1 - _REL)
+    best = None
+    for h in np.argsort(state.cost):
+        if h == worst or state.cost[h] >= target:
+            continue
+        x, y, cost_w, cost_h = state.changes(worst, int(h))
+        if not len(x):
+            continue
+        peak = np.maximum(cost_w, cost_h)
+        i = int(np.argmin(peak))
+        if peak[i] < target:  # the first partner with a change, cheapest partners first
+            best = (peak[i], int(h), int(x[i]), int(y[i]), float(cost_w[i]), float(cost_h[i]))
+            break
         if time.time() > deadline:
-            return None
-    for j in mine:
-        rest = [t for t in members[worst] if t != j]
-        for h in others:
-            if cost[h] >= target:
+            break
+    if best is None:
+        return False
+    _, h, x, y, cost_w, cost_h = best
+    state.apply(worst, h, x, y, cost_w, cost_h)
+    return True
+
+
+def _meet_water_levels(state: _State, deadline: float) -> bool:
+    """The change between one of the slowest GPUs and another that lowers their summed cost most
+    without either reaching the slowest GPU's cost; False when no pair has one."""
+    ceiling = state.cost.max() * (1 - _REL)
+    order = np.argsort(-state.cost)
+    level = state.water_levels()
+    for a in order[: max(1, len(order) // 2)]:
+        best = None
+        # partners whose HBM runs out at the most different saving per byte first: the most to gain
+        for b in np.argsort(-np.abs(level - level[a]), kind="stable"):
+            if b == a:
+                continue
+            x, y, cost_a, cost_b = state.changes(int(a), int(b))
+            if not len(x):
+                continue
+            gain = state.cost[a] + state.cost[b] - (cost_a + cost_b)
+            gain[(cost_a > ceiling) | (cost_b > ceiling)] = -np.inf
+            i = int(np.argmax(gain))
+            if gain[i] > _REL * state.cost[a]:  # the first partner with a gain, cheapest partners first
+                best = (gain[i], int(b), int(x[i]), int(y[i]), float(cost_a[i]), float(cost_b[i]))
                 break
-            for k in members[h]:
-                new_worst = model.cost(rest + [k])
-                if new_worst >= target:
-                    continue
-                new_h = model.cost([t for t in members[h] if t != k] + [j])
-                if new_h < target:
-                    return h, j, k, new_worst, new_h
             if time.time() > deadline:
-                return None
-    return None
+                break
+        if best is not None:
+            _, b, x, y, cost_a, cost_b = best
+            state.apply(int(a), b, x, y, cost_a, cost_b)
+            return True
+        if time.time() > deadline:
+            return False
+    return False

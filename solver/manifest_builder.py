@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING
 
 from recshard_stats import __version__
 from recshard_stats.config import HardwareConfig, ModelConfig, digest_of
-from recshard_stats.manifest import (BaselinePlan, GpuPlacement, Manifest, ManifestInputs, PlanSummary,
-                                     TablePlacement, TorchRecPlan)
+from recshard_stats.manifest import (BaselinePlan, ColumnShard, GpuPlacement, Manifest, ManifestInputs,
+                                     PlanSummary, TablePlacement, TorchRecPlan)
 from recshard_stats.options import SolveOptions, check_ds
 from recshard_stats.solver.plan import PlanCost
-from recshard_stats.solver.problem import Problem
+from recshard_stats.solver.column_split import TableShards, table_shards
+from recshard_stats.solver.problem import Problem, TableDemand
 from recshard_stats.solver.solve import Outcome
 from recshard_stats.stats_reader import StatsPartition, stats_digest
 from recshard_stats.typed_json import to_plain
@@ -49,15 +50,9 @@ def build_manifest(outcome: Outcome, problem: Problem, model: ModelConfig, hardw
     inputs = dict(stats_digest=stats_digest(stats), stats_ds=stats.metadata.ds, model_digest=model.digest(),
                   hardware_digest=hardware.digest(), solver_options=options)
     inputs = ManifestInputs(stats=str(stats.path), digest=digest_of(to_plain(inputs)), **inputs)
-    tables = tuple(TablePlacement(
-        name=t.name, features=t.features, gpu=best.plan.gpu[j], hash_size=t.hash_size, dim=t.dim, hash=t.hash,
-        rows_hbm=best.plan.rows_hbm[j], rows_uvm=t.hash_size - best.plan.rows_hbm[j], unique_rows=t.unique_rows,
-        unused_rows=t.hash_size - t.unique_rows, predicted_hbm_access_fraction=best.table_hbm_fraction[j],
-        predicted_cost_ms=best.table_cost[j] * _MS, accesses_per_batch=t.accesses_per_batch,
-        pooling_factor=t.pooling_factor, feature_pooling=t.feature_pooling, coverage=t.coverage,
-        row_bytes=t.row_bytes, remap=None, trainer_buffer_bytes=problem.trainer_bytes[j])
-        for j, t in enumerate(problem.tables))
-    gpus = tuple(GpuPlacement(rank=g, tables=tuple(t.name for t in tables if t.gpu == g),
+    placed = outcome.placed or problem
+    tables = tuple(_placement(t, s, best, placed) for t, s in zip(problem.tables, table_shards(placed, best.plan)))
+    gpus = tuple(GpuPlacement(rank=g, tables=tuple(t.name for t in tables if g in t.ranks),
                               hbm_bytes_used=int(best.gpu_hbm_bytes[g]), hbm_bytes_capacity=int(problem.hbm_capacity),
                               predicted_cost_ms=best.gpu_cost[g] * _MS,
                               trainer_buffer_bytes=best.gpu_buffer_bytes[g]) for g in range(problem.num_gpus))
@@ -74,6 +69,23 @@ def build_manifest(outcome: Outcome, problem: Problem, model: ModelConfig, hardw
     return Manifest(ds=ds, created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(),
                     producer=f"recshard-stats {__version__}", inputs=inputs, model=model, hardware=hardware,
                     plan=plan, gpus=gpus, tables=tables)
+
+
+def _placement(t: TableDemand, shards: TableShards, best: PlanCost, placed: Problem) -> TablePlacement:
+    """A model table's placement from the plan of ``placed``'s entries (its column shards or itself)."""
+    e = shards.entries
+    cut = tuple(ColumnShard(gpu=best.plan.gpu[j], first_column=i * placed.tables[j].dim,
+                            columns=placed.tables[j].dim, predicted_cost_ms=best.table_cost[j] * _MS,
+                            trainer_buffer_bytes=placed.trainer_bytes[j])
+                for i, j in enumerate(e)) if len(e) > 1 else ()
+    return TablePlacement(
+        name=t.name, features=t.features, gpu=shards.gpus[0], hash_size=t.hash_size, dim=t.dim, hash=t.hash,
+        rows_hbm=shards.rows_hbm, rows_uvm=t.hash_size - shards.rows_hbm, unique_rows=t.unique_rows,
+        unused_rows=t.hash_size - t.unique_rows, predicted_hbm_access_fraction=best.table_hbm_fraction[e[0]],
+        predicted_cost_ms=sum(best.table_cost[j] for j in e) * _MS, accesses_per_batch=t.accesses_per_batch,
+        pooling_factor=t.pooling_factor, feature_pooling=t.feature_pooling, coverage=t.coverage,
+        row_bytes=t.row_bytes, remap=None, trainer_buffer_bytes=sum(placed.trainer_bytes[j] for j in e),
+        column_shards=cut)
 
 
 def manifest_dir(root: str | pathlib.Path, ds: str) -> pathlib.Path:

@@ -70,6 +70,10 @@ def build_model(problem: Problem, options: SolveOptions = SolveOptions()) -> pyo
     m.each_table_on_one_gpu = pyo.Constraint(m.T, rule=lambda m, j: sum(m.x[j, g] for g in by_table[j]) == 1)
     m.hbm_rows_only_where_placed = pyo.Constraint(m.A, rule=lambda m, j, g: m.f[j, g] <= m.x[j, g])
     m.hbm_hits_only_where_placed = pyo.Constraint(m.A, rule=lambda m, j, g: m.y[j, g] <= m.x[j, g])
+    groups = [(i, g) for i, group in enumerate(problem.shard_groups) for g in gpus
+              if sum(g in by_table[j] for j in group) > 1]
+    m.column_shards_apart = pyo.Constraint(groups, rule=lambda m, i, g: sum(
+        m.x[j, g] for j in problem.shard_groups[i] if g in by_table[j]) <= 1)
 
     cuts = []
     for j, table in enumerate(problem.tables):
@@ -88,16 +92,17 @@ def build_model(problem: Problem, options: SolveOptions = SolveOptions()) -> pyo
                 cuts.append((j, slope, value - slope * f))
         if len(rows) == 1:  # never accessed: no hits at all
             cuts.append((j, 0.0, 0.0))
-    m.C = pyo.Set(initialize=[(j, g, c) for c, (j, _, _) in enumerate(cuts) for g in by_table[j]], dimen=3)
-    m.hbm_hits_under_access_cdf = pyo.Constraint(
-        m.C, rule=lambda m, j, g, c: m.y[j, g] <= cuts[c][1] * m.f[j, g] + cuts[c][2] * m.x[j, g])
+    # one row per cut and table, not per GPU: a table is on one GPU, so its f and y summed over
+    # the GPUs are those of that GPU (a weaker LP relaxation than a row per GPU, G times fewer rows)
+    m.hbm_hits_under_access_cdf = pyo.Constraint(range(len(cuts)), rule=lambda m, c: sum(
+        m.y[cuts[c][0], g] - cuts[c][1] * m.f[cuts[c][0], g] for g in by_table[cuts[c][0]]) <= cuts[c][2])
 
     # capacities in units of themselves: coefficients stay near 1 whatever the byte counts;
-    # a table's trainer buffers take HBM on its GPU whatever its rows
-    cap = problem.hbm_capacity
+    # a table's trainer buffers take HBM on its GPU whatever its rows (no usable HBM: in bytes)
+    cap = problem.hbm_capacity if problem.hbm_capacity > 0 else 1.0
     m.hbm_capacity = pyo.Constraint(m.G, rule=lambda m, g: sum(
         problem.tables[j].size_bytes / cap * m.f[j, g] + _clean(problem.trainer_bytes[j] / cap) * m.x[j, g]
-        for j in by_gpu.get(g, [])) <= 1 if by_gpu.get(g) else pyo.Constraint.Skip)
+        for j in by_gpu.get(g, [])) <= problem.hbm_capacity / cap if by_gpu.get(g) else pyo.Constraint.Skip)
     host = problem.hardware.host_bytes
     total = sum(t.size_bytes for t in problem.tables) / host
     m.host_capacity = pyo.Constraint(expr=total - sum(

@@ -36,8 +36,12 @@ def cost_plan(problem: Problem, plan: Plan) -> PlanCost:
         gpu_bytes[plan.gpu[j]] += plan.rows_hbm[j] * table.row_bytes
     buffers = tuple(problem.buffer_bytes([j for j, g in enumerate(plan.gpu) if g == rank])
                     for rank in range(problem.num_gpus))
-    return PlanCost(**{f.name: getattr(costs, f.name) for f in dataclasses.fields(GpuCosts)}, plan=plan,
-                    table_hbm_fraction=fractions, gpu_hbm_bytes=tuple(gpu_bytes), gpu_buffer_bytes=buffers)
+    # a lookup of a table cut into k column shards reaches each shard: count it once, not k times
+    lookups = [t.accesses_per_batch / t.column_shards for t in problem.tables]
+    uvm = sum(a * (1 - f) for a, f in zip(lookups, fractions)) / sum(lookups) if sum(lookups) else 0.0
+    return PlanCost(**{f.name: getattr(costs, f.name) for f in dataclasses.fields(GpuCosts)} | {
+        "uvm_access_fraction": uvm}, plan=plan, table_hbm_fraction=fractions, gpu_hbm_bytes=tuple(gpu_bytes),
+        gpu_buffer_bytes=buffers)
 
 
 def violations(problem: Problem, plan: Plan) -> list[str]:

@@ -29,6 +29,21 @@ class TableDemand:
     pooling_factor: float          # mean ids per present sample
     coverage: float = 1.0          # largest coverage among its features
     feature_pooling: tuple[float, ...] = ()  # mean ids per sample, per feature (TorchRec's pooling_factors)
+    column_shards: int = 1         # > 1: one of that many column shards of a table (dim, row_bytes already cut)
+
+    def column_shard(self, k: int) -> "TableDemand":
+        """One of k column shards: dim / k columns, 1/k of the row bytes, every access (so 1/k
+        of the table's cost at the same HBM share)."""
+        if k == 1:
+            return self
+        return dataclasses.replace(self, dim=self.dim // k, row_bytes=self.row_bytes / k, column_shards=k)
+
+    def most_column_shards(self, num_gpus: int, limit: int) -> int:
+        """The most shards it may be cut into: a power of 2 dividing dim, at most num_gpus and limit."""
+        k = 1
+        while 2 * k <= min(num_gpus, limit) and self.dim % (2 * k) == 0:
+            k *= 2
+        return k
 
     @property
     def size_bytes(self) -> float:
@@ -87,8 +102,29 @@ class TableDemand:
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
+    """Tables to place on the GPUs. After :func:`~recshard_stats.solver.column_split.split_problem`
+    an entry may be a column shard of a model table: ``parent`` maps each entry to its table's
+    index (empty: every entry is a whole table), and shards of one table go to different GPUs."""
     tables: tuple[TableDemand, ...]
     hardware: HardwareConfig
+    parent: tuple[int, ...] = ()
+
+    @functools.cached_property
+    def shard_groups(self) -> tuple[tuple[int, ...], ...]:
+        """The entries of each table cut into column shards (tables left whole are left out)."""
+        groups: dict[int, list[int]] = {}
+        for j, p in enumerate(self.parent):
+            groups.setdefault(p, []).append(j)
+        return tuple(tuple(g) for g in groups.values() if len(g) > 1)
+
+    @functools.cached_property
+    def siblings(self) -> tuple[tuple[int, ...], ...]:
+        """Per entry: the other column shards of its table (which may not share its GPU)."""
+        out: list[tuple[int, ...]] = [()] * len(self.tables)
+        for group in self.shard_groups:
+            for j in group:
+                out[j] = tuple(k for k in group if k != j)
+        return tuple(out)
 
     @property
     def num_gpus(self) -> int:

@@ -1,6 +1,6 @@
-"""The solve stage end to end: baselines, starts (balanced, LPT, the baselines), local search,
-MILP, local search again, exact split, lower bound, and TorchRec's planner beside them when
-torchrec is installed."""
+"""The solve stage end to end: baselines, column shards of hot tables, starts (balanced, LPT,
+the baselines), local search, MILP, local search again, exact split, lower bound, and TorchRec's
+planner beside them when torchrec is installed."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from recshard_stats.errors import RecShardError
 from recshard_stats.options import SolveOptions
 from recshard_stats.solver.baselines import all_baselines
+from recshard_stats.solver.column_split import TableShards, choose_shards, split_problem, table_shards
 from recshard_stats.solver.heuristic import balanced_plan
 from recshard_stats.solver.local_search import GpuCostModel, improve, lpt_plan
 from recshard_stats.solver.milp import MilpResult, solve_milp
@@ -28,11 +30,13 @@ MILP_BOUND_TOLERANCE = 1e-5
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-    best: PlanCost              # the plan to ship
+    best: PlanCost              # the plan to ship, over ``placed``'s entries
     source: str                 # "milp", "local_search" or "warm_start" (what gave the cheapest plan)
     milp: MilpResult
-    baselines: tuple[PlanCost, ...]
-    lower_bound: float          # seconds per batch: the best of waterfill.lower_bound and the MILP's bound
+    baselines: tuple[PlanCost, ...]   # over the model's tables, whole
+    lower_bound: float          # seconds per batch: valid for every plan with at most max_column_shards shards
+    placed: Problem | None = None     # the tables the plan places, hot ones cut into column shards (None: the
+    #                                   problem's own tables)
     torchrec: tuple[TorchRecBaseline, ...] = ()   # TorchRec's planner's plans
     torchrec_rating: TorchRecRating | None = None  # the best plan in TorchRec's perf and storage models
     baseline_ratings: tuple[TorchRecRating, ...] = ()  # each baseline's, in order
@@ -47,55 +51,73 @@ def polish(problem: Problem, plan: Plan, name: str | None = None) -> Plan:
     return Plan(name or plan.name, plan.gpu, split_assignment(problem, plan.gpu))
 
 
+def place_shards(problem: Problem, max_column_shards: int) -> Problem:
+    """The problem with its hot tables cut into column shards (:mod:`solver.column_split`), or
+    as it is when the shards' extra id buffers would not fit."""
+    placed = split_problem(problem, choose_shards(problem, max_column_shards))
+    if placed is not problem:
+        try:
+            placed.check_capacity()
+        except RecShardError as exc:
+            log.warning("tables left whole: their column shards' trainer buffers do not fit (%s)", exc.message)
+            return problem
+        log.info("column shards: %s", ", ".join(f"{problem.tables[placed.parent[g[0]]].name} x{len(g)}"
+                                                 for g in placed.shard_groups))
+    return placed
+
+
 def solve_problem(problem: Problem, options: SolveOptions = SolveOptions()) -> Outcome:
     """The plan within ``options.time_limit_s`` of wall time (TorchRec's planner apart): the MILP
     gets what the starts and the first search leave, less the polishing search's share."""
     began = time.time()
     problem.check_capacity()
     baselines = tuple(cost_plan(problem, p) for p in all_baselines(problem))
-    # the balanced plan comes split already; the baselines' assignments get the exact split
-    model = GpuCostModel(problem)  # the exact per-GPU cost, for the LPT start and the searches
-    starts = [cost_plan(problem, p) for p in (balanced_plan(problem), lpt_plan(problem, model),
-                                              *(polish(problem, b.plan) for b in baselines))]
+    placed = place_shards(problem, options.max_column_shards)
+    model = GpuCostModel(placed)  # the per-GPU cost, for the LPT start and the searches
+    # the balanced plan comes split already; the baselines' assignments (of whole tables) get the exact split
+    starts = [cost_plan(placed, p) for p in (balanced_plan(placed), lpt_plan(placed, model),
+                                             *(polish(placed, b.plan) for b in baselines if placed is problem))]
     # an assignment whose trainer buffers overflow a GPU is no start
-    start = min((s for s in starts if not violations(problem, s.plan)), key=lambda e: e.max_cost, default=None)
+    start = min((s for s in starts if not violations(placed, s.plan)), key=lambda e: e.max_cost, default=None)
     start_source = "warm_start"
-    # half before the MILP (its start), half after (its polish); at most a third of the time limit
+    # half before the MILP (its start), half after (polishing the best so far); at most a third of the time limit
     search_s = min(options.local_search_s, options.time_limit_s / 3) / 2
     if start is not None and search_s > 0:
-        searched = cost_plan(problem, improve(problem, start.plan, search_s, model=model))
+        searched = cost_plan(placed, improve(placed, start.plan, search_s, model=model))
         if searched.max_cost < start.max_cost:
             start, start_source = searched, "local_search"
     left = options.time_limit_s - (time.time() - began) - search_s
-    milp = solve_milp(problem, dataclasses.replace(options, time_limit_s=max(1.0, left)), start.plan if start else None)
+    milp = solve_milp(placed, dataclasses.replace(options, time_limit_s=max(1.0, left)), start.plan if start else None)
     candidates = []
     if milp.status != "no_incumbent":  # else its plan is the start's
-        polished = cost_plan(problem, polish(problem, milp.plan, "recshard"))
-        candidates.append((polished, "milp"))
-        if search_s > 0:
-            searched = improve(problem, polished.plan, search_s, "recshard", model)
-            candidates.append((cost_plan(problem, searched), "local_search"))
+        candidates.append((cost_plan(placed, polish(placed, milp.plan, "recshard")), "milp"))
     if start is not None:
         candidates.append((start, start_source))
-    # the first of the cheapest: the MILP's plan unless a search or the start beat it
+    # the first of the cheapest: the MILP's plan unless the start beat it; then searched further
     best, source = min(candidates, key=lambda c: c[0].max_cost)
-    broken = violations(problem, best.plan)
+    if search_s > 0:
+        searched = cost_plan(placed, improve(placed, best.plan, search_s, "recshard", model))
+        if searched.max_cost < best.max_cost:
+            best, source = searched, "local_search"
+    broken = violations(placed, best.plan)
     assert not broken, broken  # the split never exceeds a capacity by construction
-    # the MILP's proven bound is one too (its cuts lie above the access CDFs), up to the solvers'
-    # tolerances (CBC's has been 2.3e-6 above the plan it proved optimal): discounted by 1e-5, and
-    # never above the plan shipped
-    milp_bound = (milp.bound_ms or 0.0) / 1e3 * (1 - MILP_BOUND_TOLERANCE)
-    bound = min(max(lower_bound(problem), milp_bound), best.max_cost)
+    bound = lower_bound(problem, options.max_column_shards)
+    if all(t.most_column_shards(problem.num_gpus, options.max_column_shards) == 1 for t in problem.tables):
+        # the MILP's proven bound is one too when no table may be cut (its cuts lie above the access
+        # CDFs), up to the solvers' tolerances (CBC's has been 2.3e-6 above the plan it proved optimal)
+        bound = max(bound, (milp.bound_ms or 0.0) / 1e3 * (1 - MILP_BOUND_TOLERANCE))
+    bound = min(bound, best.max_cost)  # never above the plan shipped
     log.info("plan: %.4f ms/batch (%s), lower bound %.4f ms, gap %.2f%%, best baseline %.4f ms",
              best.max_cost * 1e3, source, bound * 1e3, (best.max_cost / bound - 1) * 100 if bound else 0,
              min(b.max_cost for b in baselines) * 1e3)
-    return Outcome(best, source, milp, baselines, bound,
-                   *_torchrec(problem, options, best.plan, [b.plan for b in baselines]))
+    return Outcome(best, source, milp, baselines, bound, None if placed is problem else placed,
+                   *_torchrec(problem, options, table_shards(placed, best.plan), [b.plan for b in baselines]))
 
 
-def _torchrec(problem: Problem, options: SolveOptions, plan: Plan, greedy: list[Plan]):
-    """TorchRec's planner on the same problem, and the plan and the baselines in TorchRec's
-    models; nothing when torchrec is not installed, not wanted, or does not load."""
+def _torchrec(problem: Problem, options: SolveOptions, shards: list[TableShards], greedy: list[Plan]):
+    """TorchRec's planner on the same problem, and the plan (``shards`` per table) and the
+    baselines in TorchRec's models; nothing when torchrec is not installed, not wanted, or does
+    not load."""
     if not options.torchrec_baselines or importlib.util.find_spec("torchrec") is None:
         return (), None, ()
     try:
@@ -108,5 +130,6 @@ def _torchrec(problem: Problem, options: SolveOptions, plan: Plan, greedy: list[
     for b in baselines:
         log.info("%s: %s", b.name, b.error or f"{b.cost.max_cost * 1e3:.4f} ms/batch in our model, "
                  f"planned in {b.planning_seconds:.1f}s")
-    return (baselines, adapter.rate_in_torchrec(problem, plan.gpu, plan.rows_hbm),
-            tuple(adapter.rate_in_torchrec(problem, g.gpu, g.rows_hbm) for g in greedy))
+    rating = adapter.rate_in_torchrec(problem, tuple(s.gpus for s in shards), tuple(s.rows_hbm for s in shards))
+    return (baselines, rating,
+            tuple(adapter.rate_in_torchrec(problem, b.gpu, b.rows_hbm) for b in greedy))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from recshard_stats.solver.problem import Problem
+from recshard_stats.solver.problem import Problem, TableDemand
 
 
 def segments(problem: Problem, tables: list[int]):
@@ -54,40 +54,89 @@ def fractional_saving(saved: np.ndarray, size: np.ndarray, density: np.ndarray, 
 
 
 def split(problem: Problem, tables: list[int], capacity: float) -> dict[int, int]:
-    """Rows in HBM for each of ``tables`` sharing ``capacity`` bytes of HBM for rows."""
+    """Rows in HBM for each of ``tables`` sharing ``capacity`` bytes of HBM for rows: whole
+    segments in order while they fit, then as many rows as fit of each later one."""
     rows = {j: 0 for j in tables}
-    left = max(capacity, 0.0)
-    for _, n, j in zip(*segments(problem, tables)):
-        rb = problem.tables[j].row_bytes
-        take = min(int(n), int(left // rb))
-        rows[j] += take
-        left -= take * rb
+    _, size, owner = segments(problem, tables)
+    if not len(size):
+        return rows
+    row_bytes = np.array([problem.tables[j].row_bytes for j in owner])
+    whole = int(np.searchsorted(np.cumsum(size * row_bytes), max(capacity, 0.0), side="right"))
+    np.add.at(taken := np.zeros(len(problem.tables)), owner[:whole], size[:whole])
+    left = max(capacity, 0.0) - float((size[:whole] * row_bytes[:whole]).sum())
+    at = whole
+    while at < len(size):  # the leftover takes rows of later segments whose rows still fit
+        fits = np.flatnonzero(row_bytes[at:] <= left)
+        if not len(fits):
+            break
+        at += int(fits[0])
+        take = min(size[at], left // row_bytes[at])
+        taken[owner[at]] += take
+        left -= take * row_bytes[at]
+        at += 1
+    for j in tables:
+        rows[j] = int(taken[j])
     return rows
 
 
 def split_assignment(problem: Problem, gpu: tuple[int, ...]) -> tuple[int, ...]:
     """Best rows_hbm for a given table -> GPU assignment (a GPU whose tables' trainer buffers
-    overflow it gets no rows: :func:`~recshard_stats.solver.plan.violations` names it)."""
+    overflow it gets no rows: :func:`~recshard_stats.solver.plan.violations` names it).
+
+    The column shards of one table keep the same rows in HBM (TorchRec shards a table's columns,
+    never its rows apart): each gets the fewest rows any of them got, and each GPU's other tables
+    share what that frees."""
+    rows = list(_split_each_gpu(problem, gpu, {}))
+    if not problem.shard_groups:
+        return tuple(rows)
+    fixed = {j: min(rows[k] for k in group) for group in problem.shard_groups for j in group}
+    return _split_each_gpu(problem, gpu, fixed)
+
+
+def _split_each_gpu(problem: Problem, gpu: tuple[int, ...], fixed: dict[int, int]) -> tuple[int, ...]:
     rows = [0] * len(problem.tables)
     for g in range(problem.num_gpus):
         mine = [j for j, owner in enumerate(gpu) if owner == g]
-        for j, h in split(problem, mine, problem.rows_capacity(mine)).items():
+        capacity = problem.rows_capacity(mine) - sum(fixed[j] * problem.tables[j].row_bytes for j in mine if j in fixed)
+        for j, h in split(problem, [j for j in mine if j not in fixed], capacity).items():
             rows[j] = h
+        for j in mine:
+            rows[j] = fixed.get(j, rows[j])
     return tuple(rows)
 
 
-def lower_bound(problem: Problem) -> float:
-    """No plan's slowest GPU can beat: (a) all HBM left by the trainer's buffers pooled and
-    water-filled (rows taken fractionally), divided by G; (b) the costliest table alone on a GPU
-    with all of its HBM; (c) with more tables than GPUs, two of the G + 1 costliest (each alone)
-    share a GPU, which costs at least the two cheapest of them alone."""
+def pooled_bound(problem: Problem) -> float:
+    """All HBM left by the trainer's buffers pooled and water-filled (rows taken fractionally),
+    divided by G: what the GPUs' mean cost can at best be."""
     everything = list(range(len(problem.tables)))
     total = sum(problem.uvm_time(j) for j in everything)
     per_row, rows, owner = segments(problem, everything)
     row_bytes = np.array([problem.tables[j].row_bytes for j in owner])
     total -= fractional_saving(per_row * rows, rows * row_bytes, per_row / row_bytes, problem.pooled_rows_capacity)
-    alone = sorted((problem.table_cost(j, split(problem, [j], problem.rows_capacity([j]))[j]) for j in everything),
-                   reverse=True)
+    return total / problem.num_gpus
+
+
+def alone_cost(problem: Problem, table: TableDemand) -> float:
+    """A table (or column shard) alone on a GPU with all of its HBM."""
+    single = Problem((table,), problem.hardware)
+    return single.table_cost(0, split(single, [0], single.rows_capacity([0]))[0])
+
+
+def lower_bound(problem: Problem, max_column_shards: int = 1) -> float:
+    """No plan of whole tables, or of tables cut into at most ``max_column_shards`` column shards,
+    can beat: (a) the pooled bound (:func:`pooled_bound`; cutting a table only adds trainer
+    buffers); (b) the costliest table's smallest shard alone on a GPU with all of its HBM; (c) with
+    more tables than GPUs, two tables have a shard on one GPU, which costs at least the two cheapest
+    of the G + 1 costliest such shards (each alone)."""
     g = problem.num_gpus
+    shards = [t.column_shard(t.most_column_shards(g, max_column_shards)) for t in problem.tables]
+    uvm = [problem.uvm_time(j) / t.column_shards for j, t in enumerate(shards)]
+    alone: list[float] = []
+    # costliest in UVM first; a shard costs at most its UVM time, so once that is below the
+    # (G + 1)-th costliest found, no later shard enters the top G + 1
+    for j in sorted(range(len(shards)), key=lambda j: -uvm[j]):
+        if len(alone) > g and uvm[j] <= alone[g]:
+            break
+        alone = sorted(alone + [alone_cost(problem, shards[j])], reverse=True)[:g + 1]
     pair = alone[g - 1] + alone[g] if len(alone) > g else 0.0
-    return max(total / g, alone[0] if alone else 0.0, pair)
+    return max(pooled_bound(problem), alone[0] if alone else 0.0, pair)

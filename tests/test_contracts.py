@@ -64,9 +64,12 @@ def test_a_manifest_written_before_the_dataclasses_loads_and_round_trips():
     expected["plan"].update(torchrec=[], torchrec_rating_ms=None)
     for baseline in expected["plan"]["baselines"]:
         baseline["torchrec_rating_ms"] = None
-    expected["inputs"]["solver_options"].update(local_search_s=20.0, torchrec_baselines=True, torchrec_timeout_s=120)
+    expected["inputs"]["solver_options"].update(local_search_s=20.0, torchrec_baselines=True, torchrec_timeout_s=120,
+                                                max_column_shards=8)
     for entry in expected["gpus"] + expected["tables"]:
         entry["trainer_buffer_bytes"] = 0
+    for entry in expected["tables"]:
+        entry["column_shards"] = []
     assert json.loads(manifest.to_json()) == expected
     jsonschema.validate(json.loads(manifest.to_json()), SCHEMA)
     assert manifest.ds == "2026-12-01" and manifest.num_gpus == 4 and len(manifest.tables) == 25

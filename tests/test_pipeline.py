@@ -81,7 +81,9 @@ def test_solve_with_each_required_solver(pipeline, solver, tmp_path):
     torchrec = json.loads((path.parent / "torchrec_plan.json").read_text())
     for t in manifest.tables:
         exported = torchrec["tables"][t.name]
-        assert exported["ranks"] == [t.gpu]
+        # a table cut into column shards is column-wise on its shards' GPUs (in column order)
+        assert exported["ranks"] == ([s.gpu for s in t.column_shards] or [t.gpu])
+        assert exported["sharding_type"] == ("column_wise" if t.column_shards else "table_wise")
         if t.rows_hbm == t.hash_size:
             assert exported["compute_kernel"] == "fused" and exported["cache_load_factor"] is None
         elif t.rows_hbm == 0:  # a cache with no rows is no cache: TorchRec refuses load factor 0
@@ -110,7 +112,11 @@ def test_loader_maps_ids_like_an_independent_computation(pipeline):
     # what a trainer on each rank asks for
     by_gpu = {g: {t.name for t in manifest.tables_on(g)} for g in range(manifest.num_gpus)}
     assert set().union(*by_gpu.values()) == {t.name for t in model.tables}
-    assert sum(len(names) for names in by_gpu.values()) == len(model.tables)
+    # a table on one GPU, or each of its column shards on its own (hot tables are cut on this run)
+    ranks = {t.name: [s.gpu for s in manifest.table(t.name).column_shards] for t in model.tables}
+    assert any(ranks.values())
+    for name, gpus in ranks.items():
+        assert sorted(g for g, names in by_gpu.items() if name in names) == sorted(gpus or [manifest.table(name).gpu])
 
 
 def test_replay_matches_independent_computation_and_prediction(pipeline):
@@ -256,6 +262,13 @@ def test_report_has_every_figure(pipeline, tmp_path):
         png = base64.b64decode(src.split(",", 1)[1])
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
     assert "gap" in text and "greedy_size_lookup" in text
+    # the placement lists each table once, a table cut column-wise with its shards' GPUs
+    manifest = load_manifest(pipeline["manifest"]).manifest
+    cut = [t for t in manifest.tables if t.column_shards]
+    assert cut and f"{len(cut)} table(s) cut into column\nshards" in text
+    for t in cut:
+        assert (f"<tr><td>{t.name}</td><td>{', '.join(str(s.gpu) for s in t.column_shards)}</td>"
+                f"<td>column-wise x{len(t.column_shards)}</td>") in text
     if load_manifest(pipeline["manifest"]).manifest.plan.torchrec:
         assert "torchrec_default" in text and "TorchRec's rating ms" in text
 

@@ -13,7 +13,7 @@ from recshard_stats.options import SolveOptions
 from recshard_stats.solver.plan import Plan, cost_plan, violations
 from recshard_stats.solver.problem import Problem, TableDemand
 from recshard_stats.solver.solve import polish, solve_problem
-from recshard_stats.solver.waterfill import lower_bound, split
+from recshard_stats.solver.waterfill import lower_bound, split, split_assignment
 
 SOLVERS = [s for s in milp.SOLVERS if milp.available(s)]
 
@@ -153,7 +153,7 @@ def test_every_bound_is_below_the_optimum_found_by_enumeration(seed, hbm_share):
     assert lower_bound(problem) <= optimum * (1 + 1e-12)
     for solver in SOLVERS:
         options = SolveOptions(solver=solver, time_limit_s=30, mip_gap=0.0, cdf_segments=4, local_search_s=0,
-                               torchrec_baselines=False)
+                               max_column_shards=1, torchrec_baselines=False)
         result = milp.solve_milp(problem, options)
         assert result.status == "optimal"
         assert result.bound_ms is not None and result.bound_ms / 1e3 <= optimum * (1 + 1e-6), solver
@@ -262,9 +262,9 @@ def test_local_search_moves_a_table_off_the_slowest_gpu_to_the_optimum():
 
 
 def test_the_search_cost_model_is_the_exact_split():
-    """A GPU's cost in the search (rows taken fractionally) is the exact split's within one row's
-    saving per table, and never above it; every plan the search returns respects capacity and
-    is no worse than its start."""
+    """A GPU's cost in the search (rows taken fractionally, interpolated between saving-per-byte
+    levels) is the exact split's within one row's saving per table below it and 0.01% above it;
+    every plan the search returns respects capacity and is no worse than its start."""
     from recshard_stats.solver.local_search import GpuCostModel, improve, lpt_plan
 
     problem = random_problem(30, 4, seed=3)
@@ -274,7 +274,7 @@ def test_the_search_cost_model_is_the_exact_split():
         exact = sum(problem.table_cost(j, rows[j]) for j in tables)
         worth_a_row = max((problem.uvm_time(j) - problem.hbm_time(j)) / max(problem.tables[j].coc.total_accesses, 1)
                           * problem.tables[j].coc.counts.max(initial=1) for j in tables)
-        assert exact - len(tables) * worth_a_row - 1e-12 <= model.cost(tables) <= exact + 1e-12
+        assert exact - len(tables) * worth_a_row - 1e-12 <= model.cost(tables) <= exact * (1 + 1e-4)
     for start in (lpt_plan(problem), polish(problem, greedy(problem, "size"))):
         searched = improve(problem, start, budget_s=5)
         assert violations(problem, searched) == []
@@ -293,3 +293,50 @@ def test_a_never_accessed_table_is_planned_at_no_cost(solver):
     assert outcome.best.max_cost == pytest.approx(0.004, rel=1e-9)
     assert outcome.best.table_cost[1] == 0.0 and outcome.best.plan.rows_hbm[0] == 2
     assert violations(problem, outcome.best.plan) == []
+
+
+def column_split_instance() -> Problem:
+    """No HBM (every access from UVM at 1 byte per second): H (dim 2, 5 accesses) costs 10, A and
+    B (dim 1, 1 access each) cost 1. Whole tables: {H} + {A, B} = 10 at best. H cut into two column
+    shards of 5: {H0, A} + {H1, B} = 6, the pooled bound (12 / 2)."""
+    tables = (table("H", [5], [1], 1, dim=2, accesses=5), table("A", [1], [1], 1, accesses=1),
+              table("B", [1], [1], 1, accesses=1))
+    return Problem(tables, hardware(hbm_bytes_per_gpu=1, hbm_reserved_fraction=0.5))
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_a_hot_table_is_cut_into_column_shards_when_the_optimum_needs_it(solver):
+    from recshard_stats.solver.column_split import table_shards
+
+    problem = column_split_instance()
+    whole = solve_problem(problem, SolveOptions(solver=solver, time_limit_s=10, max_column_shards=1,
+                                                torchrec_baselines=False))
+    assert whole.placed is None and whole.best.max_cost == pytest.approx(10.0)
+    assert whole.lower_bound == pytest.approx(10.0)  # H alone: proven optimal among whole tables
+    outcome = solve_problem(problem, SolveOptions(solver=solver, time_limit_s=10, torchrec_baselines=False))
+    placed = outcome.placed
+    assert [t.name for t in placed.tables] == ["H", "H", "A", "B"] and placed.parent == (0, 0, 1, 2)
+    assert [(t.dim, t.row_bytes, t.column_shards) for t in placed.tables[:2]] == [(1, 1.0, 2)] * 2
+    assert outcome.best.gpu_cost == pytest.approx((6.0, 6.0))
+    assert outcome.lower_bound == pytest.approx(6.0) and outcome.gap == pytest.approx(0.0, abs=1e-9)
+    h, a, b = table_shards(placed, outcome.best.plan)
+    assert h.entries == (0, 1) and sorted(h.gpus) == [0, 1] and {a.gpus[0], b.gpus[0]} == {0, 1}
+    assert violations(placed, outcome.best.plan) == []
+
+
+def test_column_shards_of_a_table_keep_the_same_rows_and_different_gpus():
+    """Two GPUs with 2 bytes of HBM each. H (dim 2, rows hit 4, 2, 1 times) cut in two shards of
+    1 byte per row; A (dim 1, one row hit 3 times) beside one shard. Split freely, the shard alone
+    would keep 2 rows and the one beside A 1 row; shards keep the same rows, so both keep 1 and A's
+    GPU gives A its row. A search may not put both shards on one GPU."""
+    from recshard_stats.solver.column_split import split_problem
+    from recshard_stats.solver.local_search import improve
+
+    tables = (table("H", [4, 2, 1], [1, 1, 1], 3, dim=2), table("A", [3], [1], 1))
+    placed = split_problem(Problem(tables, hardware()), (2, 1))
+    assert placed.siblings == ((1,), (0,), ())
+    rows = split_assignment(placed, (0, 1, 1))
+    assert rows == (1, 1, 1)
+    together = Plan("together", (0, 0, 1), split_assignment(placed, (0, 0, 1)))
+    apart = improve(placed, together, budget_s=5)
+    assert apart.gpu[0] != apart.gpu[1]

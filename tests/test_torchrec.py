@@ -99,11 +99,44 @@ def test_split_layout_and_its_sharding_plan(loaded):
     module_plan = plan.plan["sparse.ebc.collection"]
     for name, p in parts.items():
         sharding = module_plan[name]
-        assert sharding.sharding_type == "table_wise" and sharding.ranks == [p.rank]
+        assert sharding.sharding_type == "table_wise" and sharding.ranks == list(p.ranks)
         assert sharding.compute_kernel == p.kernel
         assert sharding.sharding_spec.shards[0].shard_sizes[0] == p.rows
     cpu = sharding_plan(loaded.manifest, device_type="cpu").plan[""]
     assert {s.compute_kernel for s in cpu.values()} == {FUSED}
+
+
+def test_a_table_cut_into_column_shards_is_column_wise_on_their_ranks(loaded):
+    """Table a (dim 8, rows in both tiers) cut into two column shards, on GPU 0 (columns 0-3)
+    and GPU 1 (4-7): both of its parts are column-wise over ranks [0, 1], each shard with all of
+    the part's rows and 4 columns; the export says the same."""
+    from recshard_stats.export import torchrec_plan
+    from recshard_stats.manifest import ColumnShard
+
+    m = loaded.manifest
+    a = m.table("a")
+    cut = dataclasses.replace(a, column_shards=(
+        ColumnShard(0, 0, 4, a.predicted_cost_ms / 2, a.trainer_buffer_bytes // 2),
+        ColumnShard(1, 4, 4, a.predicted_cost_ms / 2, a.trainer_buffer_bytes - a.trainer_buffer_bytes // 2)))
+    tables = tuple(cut if t.name == "a" else t for t in m.tables)
+    gpus = tuple(dataclasses.replace(
+        g, tables=tuple(t.name for t in tables if g.rank in t.ranks),
+        hbm_bytes_used=int(sum(t.rows_hbm * t.row_bytes * p.share for t in tables for p in t.gpu_parts
+                               if p.gpu == g.rank)),
+        predicted_cost_ms=sum(p.predicted_cost_ms for t in tables for p in t.gpu_parts if p.gpu == g.rank))
+        for g in m.gpus)
+    plan = dataclasses.replace(m.plan, objective_ms=max(g.predicted_cost_ms for g in gpus))
+    manifest = Manifest.from_json(dataclasses.replace(m, tables=tables, gpus=gpus, plan=plan).to_json())
+    assert manifest.table("a").ranks == (0, 1) and [t.name for t in manifest.tables_on(1)][:1] == ["a"]
+    module_plan = sharding_plan(manifest, device_type="cpu").plan[""]
+    for name, rows in (("a__hbm", 20), ("a__uvm", 30)):
+        sharding = module_plan[name]
+        assert sharding.sharding_type == "column_wise" and sharding.ranks == [0, 1]
+        assert [(s.shard_sizes, s.shard_offsets, s.placement.rank())
+                for s in sharding.sharding_spec.shards] == [([rows, 4], [0, 0], 0), ([rows, 4], [0, 4], 1)]
+    exported = torchrec_plan(manifest)["tables"]
+    assert (exported["a"]["sharding_type"], exported["a"]["ranks"]) == ("column_wise", [0, 1])
+    assert (exported["b"]["sharding_type"], exported["b"]["ranks"]) == ("table_wise", [1])
 
 
 @pytest.mark.parametrize("pooling", [PoolingType.SUM, PoolingType.MEAN])
@@ -173,8 +206,9 @@ def _dmp_worker(rank: int, world: int, port: int, manifest_dir: str, results) ->
         owned = []
         for key, value in dmp.state_dict().items():
             name = key.split("collection.", 1)[1]
-            for shard in value.local_shards():
-                shard.tensor.copy_(split[name])
+            for shard in value.local_shards():  # a whole table, or a column shard of one
+                (row, col), (rows, cols) = shard.metadata.shard_offsets, shard.metadata.shard_sizes
+                shard.tensor.copy_(split[name][row:row + rows, col:col + cols])
                 owned.append(name.split(".")[1])
         unsplit = _unsplit(loaded, PoolingType.SUM)
         unsplit.load_state_dict({f"embedding_bags.{name}.weight": w for name, w in weights.items()})
@@ -210,6 +244,7 @@ def test_the_run_manifests_plan_drives_distributed_model_parallel_on_cpu(run_man
 
     manifest = load_manifest(run_manifest).manifest
     assert any(0 < t.rows_hbm < t.hash_size for t in manifest.tables)  # the split is exercised
+    assert any(t.column_shards for t in manifest.tables)  # and column-wise shards (a hot table cut)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -218,7 +253,7 @@ def test_the_run_manifests_plan_drives_distributed_model_parallel_on_cpu(run_man
     mp.start_processes(_dmp_worker, args=(manifest.num_gpus, port, str(run_manifest), results),
                        nprocs=manifest.num_gpus, start_method="spawn")
     by_rank = dict((rank, (owned, error)) for rank, owned, error in (results.get() for _ in range(manifest.num_gpus)))
-    expected = {g: sorted(p.name for p in split_parts(manifest) if p.rank == g) for g in range(manifest.num_gpus)}
+    expected = {g: sorted(p.name for p in split_parts(manifest) if g in p.ranks) for g in range(manifest.num_gpus)}
     for rank, (owned, error) in by_rank.items():
         assert owned == expected[rank]  # each table (part) lives on the manifest's rank
         assert error < 1e-5
@@ -232,7 +267,7 @@ def test_the_run_manifests_plan_fits_torchrecs_storage_estimate(run_manifest):
 
     manifest = load_manifest(run_manifest).manifest
     problem = build_problem(load_stats(manifest.inputs.stats), manifest.model, manifest.hardware)
-    gpu, rows = tuple(t.gpu for t in manifest.tables), tuple(t.rows_hbm for t in manifest.tables)
+    gpu, rows = tuple(t.ranks for t in manifest.tables), tuple(t.rows_hbm for t in manifest.tables)
     rating = rate_in_torchrec(problem, gpu, rows)
     assert rating.fits, (rating.hbm_needed, rating.hbm_usable)
     # the manifest's own account: rows and the trainer's buffers within the usable HBM

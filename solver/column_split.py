@@ -1,0 +1,67 @@
+"""Column-wise split of hot tables (docs/design.md, "Column shards").
+
+A table whose cost alone would set the step time is cut into k column shards (k a power of 2
+dividing its dim, at most the GPUs and ``--max-column-shards``): each shard has dim / k columns,
+1/k of the row bytes and every one of the table's accesses, so it costs 1/k of the table at the
+same HBM share; it needs the trainer's id buffer in full and 1/k of its outputs. The shards of a
+table go to different GPUs and keep the same rows in HBM (TorchRec's ``column_wise``).
+
+The solver places shards like tables (:class:`~recshard_stats.solver.problem.Problem` with a
+``parent`` per entry); :func:`table_shards` folds a plan of entries back into the model's tables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from recshard_stats.solver.plan import Plan
+from recshard_stats.solver.problem import Problem
+from recshard_stats.solver.waterfill import alone_cost, pooled_bound
+
+# a table is cut until its shard alone costs at most this share of a GPU's pooled cost: pieces
+# of half a GPU's load or less pack evenly among the other tables
+SPLIT_SHARE = 0.5
+
+
+def choose_shards(problem: Problem, max_column_shards: int) -> tuple[int, ...]:
+    """Column shards per table: 1 unless the table alone costs more than SPLIT_SHARE of the
+    pooled per-GPU cost, then the fewest that bring a shard below it (or the most allowed)."""
+    share = SPLIT_SHARE * pooled_bound(problem)
+    shards = []
+    for j, t in enumerate(problem.tables):
+        k, most = 1, t.most_column_shards(problem.num_gpus, max_column_shards)
+        # a table cheaper than the share in UVM is cheaper than it anywhere: no water-fill needed
+        while k < most and problem.uvm_time(j) / k > share and alone_cost(problem, t.column_shard(k)) > share:
+            k *= 2
+        shards.append(k)
+    return tuple(shards)
+
+
+def split_problem(problem: Problem, shards: tuple[int, ...]) -> Problem:
+    """The problem with table j replaced by ``shards[j]`` column shards (kept in table order)."""
+    if all(k == 1 for k in shards):
+        return problem
+    tables, parent = [], []
+    for j, (t, k) in enumerate(zip(problem.tables, shards)):
+        tables += [t.column_shard(k)] * k
+        parent += [j] * k
+    return Problem(tuple(tables), problem.hardware, tuple(parent))
+
+
+@dataclasses.dataclass(frozen=True)
+class TableShards:
+    """Where one model table's entries went: their GPUs (one per column shard, in column order)
+    and the rows each keeps in HBM (the same for all its shards)."""
+    entries: tuple[int, ...]
+    gpus: tuple[int, ...]
+    rows_hbm: int
+
+
+def table_shards(problem: Problem, plan: Plan) -> list[TableShards]:
+    """Per model table (in order): its entries in ``problem`` and their placement."""
+    parent = problem.parent or tuple(range(len(problem.tables)))
+    entries: dict[int, list[int]] = {}
+    for j, p in enumerate(parent):
+        entries.setdefault(p, []).append(j)
+    return [TableShards(tuple(e), tuple(plan.gpu[j] for j in e), plan.rows_hbm[e[0]])
+            for _, e in sorted(entries.items())]
