@@ -223,7 +223,8 @@ class TorchRecPlan:
 @dataclasses.dataclass(frozen=True)
 class PlanSummary:
     solver: str
-    status: str                   # "optimal", "time_limit" or "no_incumbent" (the MILP found no plan in time)
+    status: str                   # "optimal", "time_limit", "no_incumbent" (the MILP found no plan in time) or
+    #                               "skipped" (the MILP too big to build in its time)
     source: str                   # "milp", "local_search" or "warm_start": what gave the plan
     objective_ms: float           # the shipped plan's slowest GPU, exact cost model
     lower_bound_ms: float

@@ -72,6 +72,7 @@ def solve_problem(problem: Problem, options: SolveOptions = SolveOptions()) -> O
     began = time.time()
     problem.check_capacity()
     baselines = tuple(cost_plan(problem, p) for p in all_baselines(problem))
+    bound = lower_bound(problem, options.max_column_shards)
     placed = place_shards(problem, options.max_column_shards)
     model = GpuCostModel(placed)  # the per-GPU cost, for the LPT start and the searches
     # the balanced plan comes split already; the baselines' assignments (of whole tables) get the exact split
@@ -82,14 +83,20 @@ def solve_problem(problem: Problem, options: SolveOptions = SolveOptions()) -> O
     start_source = "warm_start"
     # half before the MILP (its start), half after (polishing the best so far); at most a third of the time limit
     search_s = min(options.local_search_s, options.time_limit_s / 3) / 2
+    overrun = 0.0  # how long the search's exact split and costing take past its budget
     if start is not None and search_s > 0:
+        t0 = time.time()
         searched = cost_plan(placed, improve(placed, start.plan, search_s, model=model))
+        overrun = max(0.0, time.time() - t0 - search_s)
         if searched.max_cost < start.max_cost:
             start, start_source = searched, "local_search"
-    left = options.time_limit_s - (time.time() - began) - search_s
-    milp = solve_milp(placed, dataclasses.replace(options, time_limit_s=max(1.0, left)), start.plan if start else None)
+    left = options.time_limit_s - (time.time() - began) - search_s - overrun
+    milp = solve_milp(placed, dataclasses.replace(options, time_limit_s=max(1.0, left)),
+                      start.plan if start else None, bound)
+    if milp.status == "skipped" and search_s > 0:  # the MILP's time goes to the search
+        search_s = max(search_s, options.time_limit_s - (time.time() - began) - overrun)
     candidates = []
-    if milp.status != "no_incumbent":  # else its plan is the start's
+    if milp.status not in ("no_incumbent", "skipped"):  # else its plan is the start's
         candidates.append((cost_plan(placed, polish(placed, milp.plan, "recshard")), "milp"))
     if start is not None:
         candidates.append((start, start_source))
@@ -101,7 +108,6 @@ def solve_problem(problem: Problem, options: SolveOptions = SolveOptions()) -> O
             best, source = searched, "local_search"
     broken = violations(placed, best.plan)
     assert not broken, broken  # the split never exceeds a capacity by construction
-    bound = lower_bound(problem, options.max_column_shards)
     if all(t.most_column_shards(problem.num_gpus, options.max_column_shards) == 1 for t in problem.tables):
         # the MILP's proven bound is one too when no table may be cut (its cuts lie above the access
         # CDFs), up to the solvers' tolerances (CBC's has been 2.3e-6 above the plan it proved optimal)

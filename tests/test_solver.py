@@ -319,6 +319,7 @@ def test_a_hot_table_is_cut_into_column_shards_when_the_optimum_needs_it(solver)
     assert [(t.dim, t.row_bytes, t.column_shards) for t in placed.tables[:2]] == [(1, 1.0, 2)] * 2
     assert outcome.best.gpu_cost == pytest.approx((6.0, 6.0))
     assert outcome.lower_bound == pytest.approx(6.0) and outcome.gap == pytest.approx(0.0, abs=1e-9)
+    assert outcome.milp.status == "skipped"  # the start met the bound: nothing left for the MILP to prove
     h, a, b = table_shards(placed, outcome.best.plan)
     assert h.entries == (0, 1) and sorted(h.gpus) == [0, 1] and {a.gpus[0], b.gpus[0]} == {0, 1}
     assert violations(placed, outcome.best.plan) == []
@@ -340,3 +341,16 @@ def test_column_shards_of_a_table_keep_the_same_rows_and_different_gpus():
     together = Plan("together", (0, 0, 1), split_assignment(placed, (0, 0, 1)))
     apart = improve(placed, together, budget_s=5)
     assert apart.gpu[0] != apart.gpu[1]
+
+
+def test_a_milp_too_big_to_build_in_its_time_is_skipped_and_the_search_gets_the_time(monkeypatch):
+    """At 1,600 (table, GPU) pairs a second Pyomo would take 36 s to build 1,000 tables x 64 GPUs:
+    a MILP whose build would take over half its time is not built (here: at one pair a second)."""
+    monkeypatch.setattr(milp, "BUILD_PAIRS_PER_SECOND", 1.0)
+    problem = random_problem(30, 4, seed=3)
+    outcome = solve_problem(problem, SolveOptions(solver="cbc", time_limit_s=10, mip_gap=0.0, local_search_s=2,
+                                                  torchrec_baselines=False))
+    assert outcome.milp.status == "skipped" and outcome.milp.build_seconds == 0.0
+    assert outcome.source in ("local_search", "warm_start")
+    assert violations(outcome.placed or problem, outcome.best.plan) == []
+    assert outcome.best.max_cost >= outcome.lower_bound
