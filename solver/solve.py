@@ -93,8 +93,8 @@ def solve_problem(problem: Problem, options: SolveOptions = SolveOptions()) -> O
     left = options.time_limit_s - (time.time() - began) - search_s - overrun
     milp = solve_milp(placed, dataclasses.replace(options, time_limit_s=max(1.0, left)),
                       start.plan if start else None, bound)
-    if milp.status == "skipped" and search_s > 0:  # the MILP's time goes to the search
-        search_s = max(search_s, options.time_limit_s - (time.time() - began) - overrun)
+    if milp.status == "skipped" and search_s > 0:  # the MILP's time goes to the search (less its split's
+        search_s = max(search_s, options.time_limit_s - (time.time() - began) - 2 * overrun)  # and the check's)
     candidates = []
     if milp.status not in ("no_incumbent", "skipped"):  # else its plan is the start's
         candidates.append((cost_plan(placed, polish(placed, milp.plan, "recshard")), "milp"))
