@@ -83,25 +83,46 @@ def split_assignment(problem: Problem, gpu: tuple[int, ...]) -> tuple[int, ...]:
     """Best rows_hbm for a given table -> GPU assignment (a GPU whose tables' trainer buffers
     overflow it gets no rows: :func:`~recshard_stats.solver.plan.violations` names it).
 
-    The column shards of one table keep the same rows in HBM (TorchRec shards a table's columns,
-    never its rows apart): each gets the fewest rows any of them got, and each GPU's other tables
-    share what that frees."""
-    rows = list(_split_each_gpu(problem, gpu, {}))
-    if not problem.shard_groups:
-        return tuple(rows)
-    fixed = {j: min(rows[k] for k in group) for group in problem.shard_groups for j in group}
-    return _split_each_gpu(problem, gpu, fixed)
+    The column shards of one table keep the same rows in HBM (TorchRec cuts a table's columns,
+    never its rows apart): of the rows each shard would get on its own GPU (and none), the
+    table takes the number that leaves the costliest of its GPUs cheapest, each GPU's other
+    tables sharing what is left; tables are settled one after another."""
+    rows = _split_each_gpu(problem, gpu, {})
+    fixed: dict[int, int] = {}
+    for group in problem.shard_groups:
+        gpus = sorted({gpu[j] for j in group})
+        best = None
+        for r in sorted({rows[j] for j in group} | {0}):
+            trial = {**fixed, **{j: r for j in group}}
+            costs = [_gpu_cost(problem, gpu, g, trial) for g in gpus]
+            if None not in costs and (best is None or (max(costs), sum(costs)) < best[0]):
+                best = ((max(costs), sum(costs)), r)
+        fixed.update({j: best[1] for j in group})
+    return _split_each_gpu(problem, gpu, fixed) if fixed else rows
+
+
+def _gpu_split(problem: Problem, gpu: tuple[int, ...], g: int, fixed: dict[int, int]) -> dict[int, int] | None:
+    """Rows of GPU g's tables, those in ``fixed`` as given, the others split over what is left
+    (None: the fixed rows do not fit)."""
+    mine = [j for j, owner in enumerate(gpu) if owner == g]
+    capacity = problem.rows_capacity(mine) - sum(fixed[j] * problem.tables[j].row_bytes for j in mine if j in fixed)
+    if capacity < 0 and any(fixed.get(j) for j in mine):
+        return None
+    out = split(problem, [j for j in mine if j not in fixed], capacity)
+    out.update({j: fixed[j] for j in mine if j in fixed})
+    return out
+
+
+def _gpu_cost(problem: Problem, gpu: tuple[int, ...], g: int, fixed: dict[int, int]) -> float | None:
+    rows = _gpu_split(problem, gpu, g, fixed)
+    return None if rows is None else sum(problem.table_cost(j, r) for j, r in rows.items())
 
 
 def _split_each_gpu(problem: Problem, gpu: tuple[int, ...], fixed: dict[int, int]) -> tuple[int, ...]:
     rows = [0] * len(problem.tables)
     for g in range(problem.num_gpus):
-        mine = [j for j, owner in enumerate(gpu) if owner == g]
-        capacity = problem.rows_capacity(mine) - sum(fixed[j] * problem.tables[j].row_bytes for j in mine if j in fixed)
-        for j, h in split(problem, [j for j in mine if j not in fixed], capacity).items():
-            rows[j] = h
-        for j in mine:
-            rows[j] = fixed.get(j, rows[j])
+        for j, r in (_gpu_split(problem, gpu, g, fixed) or {}).items():
+            rows[j] = r
     return tuple(rows)
 
 

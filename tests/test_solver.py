@@ -328,8 +328,9 @@ def test_a_hot_table_is_cut_into_column_shards_when_the_optimum_needs_it(solver)
 def test_column_shards_of_a_table_keep_the_same_rows_and_different_gpus():
     """Two GPUs with 2 bytes of HBM each. H (dim 2, rows hit 4, 2, 1 times) cut in two shards of
     1 byte per row; A (dim 1, one row hit 3 times) beside one shard. Split freely, the shard alone
-    would keep 2 rows and the one beside A 1 row; shards keep the same rows, so both keep 1 and A's
-    GPU gives A its row. A search may not put both shards on one GPU."""
+    would keep 2 rows and the one beside A 1 row; shards keep the same rows: 2 each would push A
+    to UVM (GPU costs 1.006 and 4.006), 1 each costs 3.004 and 3.007, so both keep 1 and A keeps
+    its row. A search may not put both shards on one GPU."""
     from recshard_stats.solver.column_split import split_problem
     from recshard_stats.solver.local_search import improve
 
