@@ -48,8 +48,17 @@ class GpuCostModel:
         self.buffers = np.array(problem.trainer_bytes, dtype=np.float64)
         self.capacity = problem.hbm_capacity
         fills, cache = [], {}
+        empty = (np.zeros(0), np.zeros(0), np.zeros(0))
+        for j, rows in problem.shard_rows.items():
+            # a column shard is held at the pooled water level's rows, as the exact split holds
+            # all of its table's shards alike: a fixed cost, its rows' bytes taken like buffers
+            self.uvm[j] = problem.table_cost(j, rows)
+            self.buffers[j] += rows * problem.tables[j].row_bytes
         for j, t in enumerate(problem.tables):
-            key = problem.parent[j] if problem.parent else j  # a table's shards fill alike
+            if j in problem.shard_rows:
+                fills.append(empty)
+                continue
+            key = problem.parent[j] if problem.parent else j
             if key not in cache:
                 per_row, rows, _ = segments(problem, [j])
                 keep = per_row > 0
@@ -99,7 +108,8 @@ def _levels(problem: Problem, fills) -> np.ndarray:
     size = np.concatenate([f[1] for f in fills])
     order = np.argsort(-density)
     filled = np.cumsum(size[order])
-    water = density[order][min(int(np.searchsorted(filled, problem.pooled_rows_capacity)), len(order) - 1)]
+    capacity = problem.pooled_rows_capacity - sum(r * problem.tables[j].row_bytes for j, r in problem.shard_rows.items())
+    water = density[order][min(int(np.searchsorted(filled, capacity)), len(order) - 1)]
     top, low = density.max(), density.min()
     near_top, near_low = min(top, water * NEAR), max(low, water / NEAR)
     levels = np.concatenate([np.geomspace(top, near_top, FAR_LEVELS), np.geomspace(near_top, near_low, LEVELS),

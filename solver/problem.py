@@ -118,6 +118,18 @@ class Problem:
         return tuple(tuple(g) for g in groups.values() if len(g) > 1)
 
     @functools.cached_property
+    def shard_rows(self) -> dict[int, int]:
+        """Per column shard: the rows its table keeps in HBM at the pooled water level (the fewest
+        any of its shards gets in the pooled split), where every GPU's HBM runs out in a plan that
+        reaches the pooled bound; the search holds shards there (:mod:`solver.local_search`)."""
+        from recshard_stats.solver.waterfill import split
+
+        if not self.shard_groups:
+            return {}
+        pooled = split(self, list(range(len(self.tables))), self.pooled_rows_capacity)
+        return {j: min(pooled[k] for k in group) for group in self.shard_groups for j in group}
+
+    @functools.cached_property
     def siblings(self) -> tuple[tuple[int, ...], ...]:
         """Per entry: the other column shards of its table (which may not share its GPU)."""
         out: list[tuple[int, ...]] = [()] * len(self.tables)

@@ -84,15 +84,16 @@ def split_assignment(problem: Problem, gpu: tuple[int, ...]) -> tuple[int, ...]:
     overflow it gets no rows: :func:`~recshard_stats.solver.plan.violations` names it).
 
     The column shards of one table keep the same rows in HBM (TorchRec cuts a table's columns,
-    never its rows apart): of the rows each shard would get on its own GPU (and none), the
-    table takes the number that leaves the costliest of its GPUs cheapest, each GPU's other
-    tables sharing what is left; tables are settled one after another."""
+    never its rows apart): of the rows each shard would get on its own GPU, those at the pooled
+    water level (``Problem.shard_rows``, what the search assumed) and none, the table takes the
+    number that leaves the costliest of its GPUs cheapest, each GPU's other tables sharing what
+    is left; tables are settled one after another."""
     rows = _split_each_gpu(problem, gpu, {})
     fixed: dict[int, int] = {}
     for group in problem.shard_groups:
         gpus = sorted({gpu[j] for j in group})
         best = None
-        for r in sorted({rows[j] for j in group} | {0}):
+        for r in sorted({rows[j] for j in group} | {0, problem.shard_rows[group[0]]}):
             trial = {**fixed, **{j: r for j in group}}
             costs = [_gpu_cost(problem, gpu, g, trial) for g in gpus]
             if None not in costs and (best is None or (max(costs), sum(costs)) < best[0]):
