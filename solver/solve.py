@@ -68,7 +68,9 @@ def place_shards(problem: Problem, max_column_shards: int) -> Problem:
 
 def solve_problem(problem: Problem, options: SolveOptions = SolveOptions()) -> Outcome:
     """The plan within ``options.time_limit_s`` of wall time (TorchRec's planner apart): the MILP
-    gets what the starts and the first search leave, less the polishing search's share."""
+    gets what the starts and the first search leave, less the polishing search's share; a MILP
+    skipped (start within the MIP gap of the bound, or too big to build in time) leaves its time
+    to the polishing search."""
     began = time.time()
     problem.check_capacity()
     baselines = tuple(cost_plan(problem, p) for p in all_baselines(problem))
