@@ -108,7 +108,8 @@ def _levels(problem: Problem, fills) -> np.ndarray:
     size = np.concatenate([f[1] for f in fills])
     order = np.argsort(-density)
     filled = np.cumsum(size[order])
-    capacity = problem.pooled_rows_capacity - sum(r * problem.tables[j].row_bytes for j, r in problem.shard_rows.items())
+    held = sum(r * problem.tables[j].row_bytes for j, r in problem.shard_rows.items())  # shards' fixed rows
+    capacity = problem.pooled_rows_capacity - held
     water = density[order][min(int(np.searchsorted(filled, capacity)), len(order) - 1)]
     top, low = density.max(), density.min()
     near_top, near_low = min(top, water * NEAR), max(low, water / NEAR)
