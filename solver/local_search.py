@@ -4,10 +4,11 @@ A GPU's cost with a given set of tables is their all-in-UVM time less what its H
 filled with rows in decreasing saving per byte (the water-filling of :mod:`solver.waterfill`).
 To judge thousands of changes a second, every table's filling is tabulated once on one grid of
 saving-per-byte levels shared by all tables: at each level, the bytes of its rows worth at least
-that much and the seconds they save. A GPU's table is then the sum of its tables' (a vector add
-per change), the level where its HBM runs out a search, and its saving interpolated between two
-levels (levels 0.3% apart: the interpolation, a chord of the concave saving curve, is a hair
-pessimistic). Every change of a neighbourhood is judged at once in numpy.
+that much and the seconds they save. A GPU's tabulation is then the sum of its tables' (a
+vector add per change), the level where its HBM runs out a count, and its saving interpolated
+between two levels (1.8% apart near the pooled water level: the interpolation, a chord of the
+concave saving curve, is a hair pessimistic). Every change of a neighbourhood is judged at once
+in numpy.
 
 Two phases alternate until neither helps or the time budget runs out:
 
@@ -79,16 +80,10 @@ class GpuCostModel:
         capacity = self.capacity - np.asarray(buffers, dtype=np.float64)
         cap = np.maximum(capacity, 0.0)[..., None]
         last = bytes_.shape[-1] - 1
-        i = np.minimum((bytes_ <= cap).sum(-1) - 1, last)
+        i = np.minimum((bytes_ <= cap).sum(-1) - 1, last)[..., None]
         nxt = np.minimum(i + 1, last)
-        b0 = np.take_along_axis(bytes_, i[..., None], -1)
-        b1 = np.take_along_axis(bytes_, nxt[..., None], -1)
-        s0 = np.take_along_axis(saved, i[..., None], -1)
-        s1 = np.take_along_axis(saved, nxt[..., None], -1)
-        width = b1 - b0
-        part = np.where(width > 0, (cap - b0) / np.where(width > 0, width, 1.0), 0.0)
-        saving = (s0 + np.clip(part, 0.0, 1.0) * (s1 - s0))[..., 0]
-        return np.where(capacity < 0, np.inf, np.asarray(uvm) - saving)
+        saving = _interpolated(cap, *(np.take_along_axis(a, k, -1) for a in (bytes_, saved) for k in (i, nxt)))
+        return np.where(capacity < 0, np.inf, np.asarray(uvm) - saving[..., 0])
 
     def cost(self, tables) -> float:
         tables = list(tables)
@@ -96,6 +91,14 @@ class GpuCostModel:
             return 0.0
         return float(self.cost_of(self.bytes[tables].sum(0), self.saved[tables].sum(0), self.uvm[tables].sum(),
                                   self.buffers[tables].sum()))
+
+
+def _interpolated(cap, b0, b1, s0, s1):
+    """Seconds saved by ``cap`` bytes of HBM, between two levels whose fills take b0 and b1 bytes
+    and save s0 and s1 seconds (a chord of the concave saving curve)."""
+    width = b1 - b0
+    part = np.clip((cap - b0) / np.where(width > 0, width, 1.0), 0.0, 1.0) * (width > 0)
+    return s0 + part * (s1 - s0)
 
 
 def _levels(problem: Problem, fills) -> np.ndarray:
@@ -161,12 +164,9 @@ class _State:
         i = np.clip((b <= cap[:, None]).sum(1) - 1, 0, last)
         nxt = np.minimum(i + 1, last)
         r = np.arange(len(out))
-        b0, b1 = b[r, i], b[r, nxt]
         s0 = self.saved[h, i] - saved[out, i] + saved[into, i]
         s1 = self.saved[h, nxt] - saved[out, nxt] + saved[into, nxt]
-        width = b1 - b0
-        part = np.clip((cap - b0) / np.where(width > 0, width, 1.0), 0.0, 1.0) * (width > 0)
-        cost = self.uvm[h] - uvm[out] + uvm[into] - (s0 + part * (s1 - s0))
+        cost = self.uvm[h] - uvm[out] + uvm[into] - _interpolated(cap, b[r, i], b[r, nxt], s0, s1)
         return np.where(capacity < 0, np.inf, cost)
 
     def _conflicts(self, tables: np.ndarray, h: int, leaving: np.ndarray) -> np.ndarray:
@@ -194,10 +194,8 @@ class _State:
             if table < 0:
                 continue
             self.gpu[table] = dst
-            for total, per in ((self.bytes, m.bytes), (self.saved, m.saved)):
-                total[src] -= per[table]
-                total[dst] += per[table]
-            for total, per in ((self.uvm, m.uvm), (self.buffers, m.buffers)):
+            for total, per in ((self.bytes, m.bytes), (self.saved, m.saved), (self.uvm, m.uvm),
+                               (self.buffers, m.buffers)):
                 total[src] -= per[table]
                 total[dst] += per[table]
         self.cost[a], self.cost[b] = cost_a, cost_b

@@ -146,7 +146,8 @@ def solve_milp(problem: Problem, options: SolveOptions = SolveOptions(), start: 
                                    "pick another --solver"))
     problem.check_capacity()
     pairs = len(allowed_pairs(problem, options))
-    if start is not None and lower_bound and cost_plan(problem, start).max_cost <= lower_bound * (1 + options.mip_gap):
+    start_cost = cost_plan(problem, start).max_cost if start is not None else None  # seconds
+    if start_cost is not None and lower_bound and start_cost <= lower_bound * (1 + options.mip_gap):
         log.info("MILP skipped: the start is within the MIP gap (%g) of the lower bound", options.mip_gap)
         return MilpResult(dataclasses.replace(start, name=f"milp_{options.solver}"), "skipped", None, None, 0.0)
     if start is not None and pairs / BUILD_PAIRS_PER_SECOND > options.time_limit_s / 2:
@@ -159,7 +160,7 @@ def solve_milp(problem: Problem, options: SolveOptions = SolveOptions(), start: 
         # no plan worse than the start: prunes the search (no solver gets a warm start here, see
         # CBC below). The start's exact cost: its copy with the GPUs numbered as the symmetry
         # breaking wants, y = F (under every cut), reaches it in the model too.
-        start_ms = cost_plan(problem, start).max_cost * _MS
+        start_ms = start_cost * _MS
         m.no_worse_than_start = pyo.Constraint(expr=m.z <= start_ms * (1 + 1e-6) + 1e-9)
     build_seconds = time.time() - t0
     # the time limit is for the whole MILP stage: the solver gets what the build left

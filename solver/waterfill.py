@@ -99,7 +99,8 @@ def split_assignment(problem: Problem, gpu: tuple[int, ...]) -> tuple[int, ...]:
             if None not in costs and (best is None or (max(costs), sum(costs)) < best[0]):
                 best = ((max(costs), sum(costs)), r)
         fixed.update({j: best[1] for j in group})
-    return _split_each_gpu(problem, gpu, fixed) if fixed else rows
+    # only the GPUs holding shards split again
+    return _split_each_gpu(problem, gpu, fixed, {gpu[j] for j in fixed}, rows) if fixed else rows
 
 
 def _gpu_split(problem: Problem, gpu: tuple[int, ...], g: int, fixed: dict[int, int]) -> dict[int, int] | None:
@@ -119,9 +120,11 @@ def _gpu_cost(problem: Problem, gpu: tuple[int, ...], g: int, fixed: dict[int, i
     return None if rows is None else sum(problem.table_cost(j, r) for j, r in rows.items())
 
 
-def _split_each_gpu(problem: Problem, gpu: tuple[int, ...], fixed: dict[int, int]) -> tuple[int, ...]:
-    rows = [0] * len(problem.tables)
-    for g in range(problem.num_gpus):
+def _split_each_gpu(problem: Problem, gpu: tuple[int, ...], fixed: dict[int, int], gpus=None,
+                    rows: tuple[int, ...] | None = None) -> tuple[int, ...]:
+    """Every GPU's split, or only those of ``gpus`` over the other GPUs' ``rows``."""
+    rows = list(rows) if rows is not None else [0] * len(problem.tables)
+    for g in range(problem.num_gpus) if gpus is None else sorted(gpus):
         for j, r in (_gpu_split(problem, gpu, g, fixed) or {}).items():
             rows[j] = r
     return tuple(rows)
