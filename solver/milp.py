@@ -25,8 +25,8 @@ from recshard_stats.solver.problem import Problem, breakpoints
 log = logging.getLogger(__name__)
 
 _PYOMO_NAME = {"glpk": "glpk", "cbc": "cbc", "highs": "appsi_highs"}
-# Pyomo builds this model at about 1,600 (table, GPU) pairs a second (400 tables x 16 GPUs: 3.9 s,
-# 1,009 x 64: 36 s, on 2 cores); a MILP whose build would take over half its time is not built
+# Pyomo builds this model at about 1,700 (table, GPU) pairs a second on 2 cores (400 tables x 16 GPUs,
+# 6,280 pairs: 3.7 s, BENCHMARKS.md); a MILP whose build would take over half its time is not built
 BUILD_PAIRS_PER_SECOND = 1500.0
 _MS = 1e3
 _TINY = 1e-7

@@ -345,7 +345,7 @@ def test_column_shards_of_a_table_keep_the_same_rows_and_different_gpus():
 
 
 def test_a_milp_too_big_to_build_in_its_time_is_skipped_and_the_search_gets_the_time(monkeypatch):
-    """At 1,600 (table, GPU) pairs a second Pyomo would take 36 s to build 1,000 tables x 64 GPUs:
+    """At ~1,700 (table, GPU) pairs a second Pyomo would take ~37 s to build 1,009 tables x 64 GPUs:
     a MILP whose build would take over half its time is not built (here: at one pair a second)."""
     monkeypatch.setattr(milp, "BUILD_PAIRS_PER_SECOND", 1.0)
     problem = random_problem(30, 4, seed=3)
