@@ -14,6 +14,7 @@ torchrec = pytest.importorskip("torchrec", reason="torchrec is not installed (sc
 
 from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor, PoolingType  # noqa: E402
 
+from recshard_stats.errors import RecShardError  # noqa: E402
 from recshard_stats.manifest import (GpuPlacement, Manifest, ManifestFile, RemapFile, load_manifest,  # noqa: E402
                                      sha256_data)
 from recshard_stats.torchrec import (FUSED, FUSED_UVM, StaticSplitEmbeddingBagCollection, sharding_plan,  # noqa: E402
@@ -127,6 +128,15 @@ def test_a_table_cut_into_column_shards_is_column_wise_on_their_ranks(loaded):
         for g in m.gpus)
     plan = dataclasses.replace(m.plan, objective_ms=max(g.predicted_cost_ms for g in gpus))
     manifest = Manifest.from_json(dataclasses.replace(m, tables=tables, gpus=gpus, plan=plan).to_json())
+    # both shards on one GPU, or columns that do not add up to the dim: refused, naming the table
+    same_gpu = (cut.column_shards[0], dataclasses.replace(cut.column_shards[1], gpu=0))
+    with pytest.raises(RecShardError, match=r"table 'a': column shards on GPUs \[0, 0\] must be two or more"):
+        dataclasses.replace(manifest, tables=tuple(dataclasses.replace(t, column_shards=same_gpu) if t.name == "a"
+                                                   else t for t in manifest.tables))
+    short = (cut.column_shards[0], dataclasses.replace(cut.column_shards[1], columns=3))
+    with pytest.raises(RecShardError, match="table 'a': its column shards hold 7 columns, its dim is 8"):
+        dataclasses.replace(manifest, tables=tuple(dataclasses.replace(t, column_shards=short) if t.name == "a"
+                                                   else t for t in manifest.tables))
     assert manifest.table("a").ranks == (0, 1) and [t.name for t in manifest.tables_on(1)][:1] == ["a"]
     module_plan = sharding_plan(manifest, device_type="cpu").plan[""]
     for name, rows in (("a__hbm", 20), ("a__uvm", 30)):
