@@ -26,6 +26,7 @@ EXAMPLES = """examples:
   recshard report --manifest manifests/ds=2026-12-01 --out report.html
   recshard validate --manifest manifests/ds=2026-12-01 --model conf/synthetic.yaml
   recshard publish --manifest manifests/ds=2026-12-01 --root manifests
+  recshard calibrate --out conf/calibration/my_gpu.yaml   # on the training machine's GPU
 
 each command's --help has its options and more examples.
 """
@@ -52,6 +53,13 @@ EVALUATE_EXAMPLES = """examples:
 RUN_EXAMPLES = """examples:
   recshard run                                      # 200k samples/day into ./example_run
   recshard run --samples 2000000 --solver highs --out /tmp/big_run
+"""
+CALIBRATE_EXAMPLES = """examples:
+  recshard calibrate --out conf/calibration/h200.yaml                 # ~3 minutes on the GPU
+  recshard calibrate --out cal.yaml --budget-s 60 --host-gib 4        # a shorter sweep
+  recshard calibrate --out cal.yaml --from-grid timings.jsonl         # fit timings measured before
+  recshard calibrate --out /tmp/cal.yaml --device cpu --budget-s 10   # checks the loop only (no GPU)
+then in the hardware config:  calibration: calibration/h200.yaml  (relative to that file)
 """
 CONF = pathlib.Path(__file__).resolve().parents[1] / "conf"
 
@@ -139,6 +147,12 @@ def _publish(args) -> None:
     from recshard_stats.manifest import publish_latest
 
     print(publish_latest(args.root, args.manifest, args.model))
+
+
+def _calibrate(args) -> None:
+    from recshard_stats.calibrate import calibrate
+
+    calibrate(args.out, args.device, args.budget_s, args.host_gib, args.reps, args.from_grid, args.measurements)
 
 
 def _run(args) -> None:
@@ -243,6 +257,18 @@ def build_parser() -> argparse.ArgumentParser:
     publish.add_argument("--root", required=True, help="the directory holding latest.json")
     publish.add_argument("--model", default=None)
     publish.set_defaults(func=_publish)
+
+    cal = command("calibrate", "measure the cost model's terms on this machine's GPU -> calibration file",
+                  CALIBRATE_EXAMPLES)
+    cal.add_argument("--out", required=True, help="calibration file to write (YAML)")
+    cal.add_argument("--device", default="cuda", help="cuda, cuda:N, or cpu (checks the loop only; default cuda)")
+    cal.add_argument("--budget-s", type=float, default=180.0, help="measuring time budget in seconds (default 180)")
+    cal.add_argument("--host-gib", type=float, default=8.0,
+                     help="largest host table swept, GiB of pinned memory (default 8)")
+    cal.add_argument("--reps", type=int, default=10, help="timed runs per configuration (median; default 10)")
+    cal.add_argument("--from-grid", default=None, help="fit these JSON-lines timings instead of measuring")
+    cal.add_argument("--measurements", default=None, help="also write each measurement (JSON lines) here")
+    cal.set_defaults(func=_calibrate)
 
     run = command("run", "the whole pipeline on generated logs: generate, profile, solve, remap, "
                   "evaluate on a held-out day, report", RUN_EXAMPLES)

@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from recshard_stats.costmodel import CostModel, calibration_from_file
 from recshard_stats.errors import GIB, Reason, RecShardError
 
 FEATURE_TYPES = ("int64", "string", "hex", "array<int64>", "array<string>")
@@ -42,7 +43,7 @@ TABLE_KEYS = ("name", "features", "feature", "hash_size", "dim", "hash")
 HARDWARE_KEYS = ("num_gpus", "hbm_per_gpu_gib", "hbm_per_gpu_bytes", "hbm_reserved_fraction", "hbm_reserved_gib",
                  "hbm_reserved_bytes", "host_gib", "host_bytes", "hbm_bandwidth_gbps", "uvm_bandwidth_gbps",
                  "batch_size", "bytes_per_element", "optimizer_state_multiplier", "index_bytes",
-                 "output_bytes_per_element")
+                 "output_bytes_per_element", "calibration", "comm_bandwidth_gbps")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,6 +112,22 @@ class HardwareConfig:
     # the trainer's buffers in HBM beside the rows (see trainer_bytes); 0 leaves them out
     index_bytes: int = 8                  # one id of the trainer's input (TorchRec/FBGEMM: int64)
     output_bytes_per_element: int = 4     # the pooled outputs (fp32)
+    # measured terms (a hardware config's ``calibration:``); None: the v1 model of the bandwidths
+    cost_model: CostModel | None = None
+    comm_bandwidth: float = 0.0           # bytes/s between GPUs for ids and outputs; 0: not costed
+
+    @property
+    def costs(self) -> CostModel:
+        """The cost model every stage uses (docs/design.md, "Cost model")."""
+        if self.cost_model is not None:
+            return dataclasses.replace(self.cost_model, comm_bandwidth=self.comm_bandwidth)
+        return CostModel.from_bandwidths(self.hbm_bandwidth, self.uvm_bandwidth, self.comm_bandwidth)
+
+    def comm_bytes(self, ids_per_sample: float, num_features: int, dim: int) -> float:
+        """Bytes a table's GPU exchanges per batch in table-wise sharding: the batch's ids come in
+        and its pooled outputs go out, all but a G-th of them over the links."""
+        moved = self.batch_size * (ids_per_sample * self.index_bytes + num_features * dim * self.output_bytes_per_element)
+        return moved * (self.num_gpus - 1) / self.num_gpus
 
     @property
     def usable_hbm_bytes(self) -> int:
@@ -131,7 +148,13 @@ class HardwareConfig:
         return int(math.ceil(ids + outputs))
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        # without a calibration or a link bandwidth, as before they existed: a v1 config keeps its digest
+        out = dataclasses.asdict(self)
+        if self.cost_model is None:
+            del out["cost_model"]
+        if not self.comm_bandwidth:
+            del out["comm_bandwidth"]
+        return out
 
     def digest(self) -> str:
         return digest_of(self.to_dict())
@@ -308,7 +331,22 @@ def parse_hardware_config(data: dict, source: str = "hardware config") -> Hardwa
     if uvm_bw >= hbm_bw:
         raise _fail(source, f"uvm_bandwidth_gbps ({uvm_bw / 1e9:g}) must be below hbm_bandwidth_gbps "
                     f"({hbm_bw / 1e9:g})")
+    cost_model = None
+    if "calibration" in data:
+        where = data["calibration"]
+        if not isinstance(where, str) or not where:
+            raise _fail(source, f"calibration must be the path of a file `recshard calibrate` wrote, got {where!r}")
+        path = pathlib.Path(where)
+        if not path.is_absolute() and pathlib.Path(source).parent.joinpath(path).is_file():
+            path = pathlib.Path(source).parent / path  # relative to the hardware config
+        try:
+            cost_model = calibration_from_file(read_config_file(path), str(path))
+        except ValueError as exc:
+            raise _fail(source, f"calibration {where!r}: {exc}", "run `recshard calibrate` again") from None
+    comm_bw = _positive_number(source, data, "comm_bandwidth_gbps") * 1e9 if "comm_bandwidth_gbps" in data else 0.0
     return HardwareConfig(
+        cost_model=cost_model,
+        comm_bandwidth=comm_bw,
         num_gpus=_positive_int(source, data, "num_gpus"),
         hbm_bytes_per_gpu=hbm,
         hbm_reserved_fraction=float(reserved),

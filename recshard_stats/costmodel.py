@@ -1,19 +1,133 @@
-"""The one cost model (docs/design.md, "Cost model"), shared by the solver's predictions and the
-replay of held-out data: per-batch seconds of a table whose accesses are served from HBM with
-probability ``hbm_fraction`` and from UVM otherwise; a GPU costs the sum of its tables, and the
-slowest GPU sets the step time."""
+"""The one cost model (docs/design.md, "Cost model"), shared by the solver, the baselines, the
+replay of held-out data, the report and the costing of TorchRec's shards.
+
+A GPU runs one kernel group per tier (its tables' HBM rows in one, their host rows in another,
+as FBGEMM's TBE groups tables), forward and backward + update. Per batch, a tier costs
+
+    fixed (once per group present)
+  + lookups x (per lookup + per byte x row bytes)
+  + distinct rows x (per distinct row + per byte x row bytes + per distinct host row x ramp(span))
+
+where ``ramp(span)`` rises from 0 to 1 (in log2) as the table's bytes in host memory grow from
+``span_low_bytes`` to ``span_high_bytes``: a host row of a table larger than ~1 GiB costs a
+fixed time per lookup whatever its size (measured on an H200, ``../shared/data/gpu``). Each term
+is per table (the span is the table's whole size, a constant, so the MILP stays linear), and a
+table's cost is linear in its HBM share of lookups (F) and of distinct rows (D). An optional
+communication term charges each table's ids in and pooled outputs out at ``comm_bandwidth``.
+
+The v1 model (``hbm_bandwidth`` and ``uvm_bandwidth``: seconds = bytes / bandwidth) is the
+special case :meth:`CostModel.from_bandwidths`. :mod:`recshard_stats.calibrate` measures the
+terms on a GPU.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+import math
+import pathlib
+from typing import Callable, Sequence
+
+import numpy as np
+
+# the shared H200 grid: host lookups cost per byte up to ~256 MiB tables, per lookup beyond ~8 GiB
+SPAN_LOW_BYTES = float(2 ** 28)
+SPAN_HIGH_BYTES = float(2 ** 33)
 
 
-def table_seconds(accesses_per_batch: float, row_bytes: float, hbm_fraction: float,
-                  hbm_bandwidth: float, uvm_bandwidth: float) -> float:
-    """``a_j * row_bytes_j * (F / BW_hbm + (1 - F) / BW_uvm)``."""
-    moved = accesses_per_batch * row_bytes
-    return moved * (hbm_fraction / hbm_bandwidth + (1.0 - hbm_fraction) / uvm_bandwidth)
+@dataclasses.dataclass(frozen=True)
+class TierTerms:
+    """One tier's kernel group, in seconds: per call, per lookup, per byte looked up, per
+    distinct row of the batch, per byte of distinct rows, and per distinct row x span ramp."""
+    fixed_s: float = 0.0
+    lookup_s: float = 0.0
+    byte_s: float = 0.0
+    distinct_s: float = 0.0
+    distinct_byte_s: float = 0.0
+    span_distinct_s: float = 0.0
+
+    def __add__(self, other: "TierTerms") -> "TierTerms":
+        return TierTerms(*(getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self)))
+
+    def per_lookup(self, row_bytes):
+        return self.lookup_s + self.byte_s * row_bytes
+
+    def per_distinct(self, row_bytes, ramp):
+        return self.distinct_s + self.distinct_byte_s * row_bytes + self.span_distinct_s * ramp
+
+
+@dataclasses.dataclass(frozen=True)
+class PassTerms:
+    """One pass (forward, or backward + update): its HBM and host kernel groups."""
+    hbm: TierTerms = TierTerms()
+    host: TierTerms = TierTerms()
+
+
+@dataclasses.dataclass(frozen=True)
+class TableLoad:
+    """One table (or column shard, or TorchRec shard) on a GPU, per batch. Array fields are
+    allowed (costs of one table at many splits)."""
+    gpu: int
+    lookups: float                 # ids looked up per batch
+    hbm_fraction: float            # share of them served from HBM
+    distinct_hbm: float            # distinct rows the batch touches in HBM
+    distinct_host: float           # ... and in host memory
+    row_bytes: float
+    host_span_bytes: float         # the table's size, for the host per-row ramp
+    comm_bytes: float = 0.0        # ids in + pooled outputs out over the GPUs' links
+
+
+@dataclasses.dataclass(frozen=True)
+class CostModel:
+    forward: PassTerms
+    backward: PassTerms = PassTerms()
+    span_low_bytes: float = SPAN_LOW_BYTES
+    span_high_bytes: float = SPAN_HIGH_BYTES
+    comm_bandwidth: float = 0.0    # bytes/s between GPUs; 0 leaves communication out
+    source: str = "bandwidths"     # "bandwidths" (v1) or the calibration it came from
+
+    @classmethod
+    def from_bandwidths(cls, hbm_bandwidth: float, uvm_bandwidth: float, comm_bandwidth: float = 0.0) -> "CostModel":
+        """v1: bytes / bandwidth per tier, nothing else."""
+        return cls(PassTerms(TierTerms(byte_s=1.0 / hbm_bandwidth), TierTerms(byte_s=1.0 / uvm_bandwidth)),
+                   comm_bandwidth=comm_bandwidth)
+
+    @property
+    def hbm(self) -> TierTerms:
+        return self.forward.hbm + self.backward.hbm
+
+    @property
+    def host(self) -> TierTerms:
+        return self.forward.host + self.backward.host
+
+    def span_ramp(self, span_bytes):
+        low, high = math.log2(self.span_low_bytes), math.log2(self.span_high_bytes)
+        span = np.maximum(np.asarray(span_bytes, dtype=np.float64), 1.0)
+        return np.clip((np.log2(span) - low) / (high - low), 0.0, 1.0)
+
+    def unit_costs(self, row_bytes, host_span_bytes):
+        """(per lookup in HBM, in host memory, per distinct row in HBM, in host memory): a row
+        never costs more in HBM than in host memory (a fit may put a term the other way), so a
+        table's cost only falls as rows move to HBM."""
+        ramp = self.span_ramp(host_span_bytes)
+        host_lookup, host_distinct = self.host.per_lookup(row_bytes), self.host.per_distinct(row_bytes, ramp)
+        return (np.minimum(self.hbm.per_lookup(row_bytes), host_lookup), host_lookup,
+                np.minimum(self.hbm.per_distinct(row_bytes, 0.0), host_distinct), host_distinct)
+
+    def table_seconds(self, load: TableLoad):
+        """Seconds per batch of one table's lookups on its GPU (the groups' fixed costs apart)."""
+        lookup_hbm, lookup_host, distinct_hbm, distinct_host = self.unit_costs(load.row_bytes, load.host_span_bytes)
+        cost = (load.lookups * (load.hbm_fraction * lookup_hbm + (1.0 - load.hbm_fraction) * lookup_host)
+                + load.distinct_hbm * distinct_hbm + load.distinct_host * distinct_host)
+        return cost + (load.comm_bytes / self.comm_bandwidth if self.comm_bandwidth > 0 else 0.0)
+
+    def group_seconds(self, has_hbm: bool, has_host: bool) -> float:
+        """A GPU's fixed cost: one call per pass of each kernel group it runs."""
+        return self.hbm.fixed_s * has_hbm + self.host.fixed_s * has_host
+
+    @property
+    def least_group_seconds(self) -> float:
+        """What any GPU with tables pays at least."""
+        return min(self.hbm.fixed_s, self.host.fixed_s)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,20 +148,31 @@ class GpuCosts:
         return self.max_cost / mean if mean else 1.0
 
 
-def placement_cost(num_gpus: int, gpu: Sequence[int], accesses_per_batch: Sequence[float],
-                   row_bytes: Sequence[float], hbm_fraction: Sequence[float], hbm_bandwidth: float,
-                   uvm_bandwidth: float) -> GpuCosts:
-    """Tables (``gpu``, per-batch accesses, row bytes, HBM hit share, each per table) -> their cost."""
+def placement_cost(model: CostModel, num_gpus: int, loads: Sequence[TableLoad]) -> GpuCosts:
+    """Tables on GPUs -> their cost: each table's, plus each GPU's kernel groups."""
     gpu_cost = [0.0] * num_gpus
+    has_hbm, has_host = [False] * num_gpus, [False] * num_gpus
     table_cost = []
     uvm = total = 0.0
-    for g, a, rb, f in zip(gpu, accesses_per_batch, row_bytes, hbm_fraction):
-        cost = table_seconds(a, rb, f, hbm_bandwidth, uvm_bandwidth)
+    for load in loads:
+        cost = float(model.table_seconds(load))
         table_cost.append(cost)
-        gpu_cost[g] += cost
-        uvm += a * (1 - f)
-        total += a
+        gpu_cost[load.gpu] += cost
+        has_hbm[load.gpu] |= load.hbm_fraction > 0
+        has_host[load.gpu] |= load.hbm_fraction < 1
+        uvm += load.lookups * (1 - load.hbm_fraction)
+        total += load.lookups
+    gpu_cost = [c + model.group_seconds(h, u) if h or u else c for c, h, u in zip(gpu_cost, has_hbm, has_host)]
     return GpuCosts(tuple(table_cost), tuple(gpu_cost), uvm / total if total else 0.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class TierShare:
+    """A table's traffic with some of its rows in HBM: HBM share of lookups, distinct rows per
+    batch in HBM and in all."""
+    hbm_fraction: float
+    distinct_hbm: float
+    distinct: float
 
 
 # share of a table's lookups one TorchRec shard serves: ids hash uniformly over rows, so a row
@@ -56,29 +181,85 @@ def placement_cost(num_gpus: int, gpu: Sequence[int], accesses_per_batch: Sequen
 _LOOKUP_SHARE = {"row_wise": "rows", "table_row_wise": "rows", "grid_shard": "rows", "data_parallel": "ranks"}
 
 
-def shard_cost(num_gpus: int, shards, tables, accesses_per_batch: Sequence[float], hbm_fraction,
-               hbm_bandwidth: float, uvm_bandwidth: float) -> GpuCosts:
+def shard_cost(model: CostModel, num_gpus: int, shards, tables, accesses_per_batch: Sequence[float],
+               tier_share: Callable[[int, float], TierShare], comm_bytes: Sequence[float]) -> GpuCosts:
     """A TorchRec plan's shards (``recshard_stats.manifest.TorchRecShard``) costed in this model.
-    ``tables``: name, hash_size, dim and row_bytes of each table; ``hbm_fraction(j, rows)``: the HBM
-    share of table j's accesses with its ``rows`` hottest rows in HBM. A ``fused`` shard is served
-    from HBM, ``fused_uvm`` from UVM, ``fused_uvm_caching`` from a cache of its load factor taken to
-    hold the hottest rows."""
+    ``tables``: name, hash_size, dim and row_bytes of each table; ``tier_share(j, rows)``: table j's
+    traffic with its ``rows`` hottest rows in HBM. A ``fused`` shard is served from HBM,
+    ``fused_uvm`` from UVM, ``fused_uvm_caching`` from a cache of its load factor taken to hold the
+    hottest rows."""
     from recshard_stats.export import FUSED_UVM, FUSED_UVM_CACHING
 
     index = {t.name: j for j, t in enumerate(tables)}
-    gpu, accesses, row_bytes, fractions = [], [], [], []
+    loads = []
     for s in shards:
         j = index[s.table]
         t = tables[j]
+        whole = tier_share(j, t.hash_size)
         if s.compute_kernel == FUSED_UVM:
-            f = 0.0
+            tiers = TierShare(0.0, 0.0, whole.distinct)
         elif s.compute_kernel == FUSED_UVM_CACHING:
-            f = float(hbm_fraction(j, s.cache_load_factor * t.hash_size))
+            tiers = tier_share(j, s.cache_load_factor * t.hash_size)
         else:
-            f = 1.0
+            tiers = TierShare(1.0, whole.distinct, whole.distinct)
         share = {"rows": s.rows / t.hash_size, "ranks": 1.0 / num_gpus}.get(_LOOKUP_SHARE.get(s.sharding_type), 1.0)
-        gpu.append(s.rank)
-        accesses.append(accesses_per_batch[j] * share)
-        row_bytes.append(t.row_bytes * s.cols / t.dim)
-        fractions.append(f)
-    return placement_cost(num_gpus, gpu, accesses, row_bytes, fractions, hbm_bandwidth, uvm_bandwidth)
+        cols = s.cols / t.dim
+        loads.append(TableLoad(
+            gpu=s.rank, lookups=accesses_per_batch[j] * share, hbm_fraction=tiers.hbm_fraction,
+            distinct_hbm=tiers.distinct_hbm * share, distinct_host=(tiers.distinct - tiers.distinct_hbm) * share,
+            row_bytes=t.row_bytes * cols, host_span_bytes=t.hash_size * share * t.row_bytes * cols,
+            comm_bytes=comm_bytes[j] * (share if share < 1 else cols)))
+    return placement_cost(model, num_gpus, loads)
+
+
+# the calibration file's units (readable numbers): seconds per unit of each term
+_FILE_UNITS = {"fixed_s": ("fixed_us", 1e-6), "lookup_s": ("lookup_ns", 1e-9), "byte_s": ("byte_ps", 1e-12),
+               "distinct_s": ("distinct_ns", 1e-9), "distinct_byte_s": ("distinct_byte_ps", 1e-12),
+               "span_distinct_s": ("span_distinct_ns", 1e-9)}
+CALIBRATION_KIND = "recshard_calibration"
+
+
+def terms_to_file(terms: TierTerms) -> dict:
+    return {name: round(float(getattr(terms, field)) / unit, 6) for field, (name, unit) in _FILE_UNITS.items()}
+
+
+def calibration_to_file(model: CostModel, **extra) -> dict:
+    """A calibration file's contents (``recshard calibrate`` writes it, a hardware config's
+    ``calibration:`` reads it)."""
+    return {"kind": CALIBRATION_KIND, **extra,
+            "span_low_gib": float(model.span_low_bytes) / 2 ** 30, "span_high_gib": float(model.span_high_bytes) / 2 ** 30,
+            **{p: {tier: terms_to_file(getattr(getattr(model, p), tier)) for tier in ("hbm", "host")}
+               for p in ("forward", "backward")}}
+
+
+def calibration_from_file(data, source: str, comm_bandwidth: float = 0.0) -> CostModel:
+    """The cost model of a calibration file; ValueError names the bad entry."""
+    if not isinstance(data, dict) or data.get("kind") != CALIBRATION_KIND:
+        raise ValueError(f"{source}: not a calibration file (kind: {CALIBRATION_KIND} missing)")
+
+    def number(where: str, value) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"{source}: {where} must be a finite number >= 0, got {value!r}")
+        return float(value)
+
+    passes = {}
+    for p in ("forward", "backward"):
+        tiers = {}
+        for tier in ("hbm", "host"):
+            entry = (data.get(p) or {}).get(tier)
+            if not isinstance(entry, dict):
+                raise ValueError(f"{source}: {p}.{tier} is missing")
+            unknown = set(entry) - {name for name, _ in _FILE_UNITS.values()}
+            if unknown:
+                raise ValueError(f"{source}: {p}.{tier} has unknown keys {sorted(unknown)}; valid: "
+                                 f"{sorted(name for name, _ in _FILE_UNITS.values())}")
+            tiers[tier] = TierTerms(**{field: number(f"{p}.{tier}.{name}", entry.get(name, 0.0)) * unit
+                                       for field, (name, unit) in _FILE_UNITS.items()})
+        passes[p] = PassTerms(**tiers)
+    low = number("span_low_gib", data.get("span_low_gib", SPAN_LOW_BYTES / 2 ** 30)) * 2 ** 30
+    high = number("span_high_gib", data.get("span_high_gib", SPAN_HIGH_BYTES / 2 ** 30)) * 2 ** 30
+    if not 0 < low < high:
+        raise ValueError(f"{source}: span_low_gib ({low / 2 ** 30:g}) must be positive and below span_high_gib "
+                         f"({high / 2 ** 30:g})")
+    return CostModel(passes["forward"], passes["backward"], low, high, comm_bandwidth,
+                     f"{data.get('device', 'unknown device')} ({pathlib.PurePath(source).name})")

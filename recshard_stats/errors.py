@@ -21,6 +21,7 @@ class Reason(enum.Enum):
     NO_INCUMBENT = "no_incumbent"
     MANIFEST_INVALID = "manifest_invalid"
     MANIFEST_MISMATCH = "manifest_mismatch"
+    NO_DEVICE = "no_device"
 
 
 class RecShardError(Exception):

@@ -12,7 +12,7 @@ import dataclasses
 import json
 import pathlib
 
-from recshard_stats.costmodel import GpuCosts, placement_cost, shard_cost
+from recshard_stats.costmodel import GpuCosts, TableLoad, TierShare, placement_cost, shard_cost
 from recshard_stats.manifest import Manifest
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.typed_json import DecodeError, from_plain
@@ -80,9 +80,11 @@ def placements(manifest: Manifest) -> list[tuple[str, str, int, int]]:
     return out
 
 
-def tier_hits(row_counts, remap, placement):
-    """Per plan and table: held-out accesses, those served from HBM under the plan, and accesses
-    to rows the profile never saw.
+def tier_hits(row_counts, remap, placement, batch_share: float):
+    """Per plan and table: held-out accesses, those served from HBM under the plan, accesses
+    to rows the profile never saw, and the distinct rows a batch touches (in all and in HBM): a
+    row accessed c times is in a batch of ``batch_share`` of the samples with chance
+    1 - (1 - batch_share)^c.
 
     row_counts: (table, row, access_count); remap: (table, row, index) of seen rows;
     placement: (plan, table, rows_hbm, unseen_below), see :func:`placements`. A seen row is in
@@ -94,10 +96,13 @@ def tier_hits(row_counts, remap, placement):
               .join(F.broadcast(placement), "table"))
     in_hbm = F.when(F.col("index").isNull(), F.col("row") < F.col("unseen_below")) \
         .otherwise(F.col("index") < F.col("rows_hbm"))
+    in_batch = (F.lit(1.0) - F.pow(F.lit(1.0 - min(batch_share, 1.0)), F.col("access_count"))) if batch_share < 1 \
+        else F.lit(1.0)
     return joined.groupBy("plan", "table").agg(
         F.sum("access_count").alias("accesses"),
         F.sum(F.when(in_hbm, F.col("access_count")).otherwise(0)).alias("hbm_accesses"),
-        F.sum(F.when(F.col("index").isNull(), F.col("access_count")).otherwise(0)).alias("unseen_accesses"))
+        F.sum(F.when(F.col("index").isNull(), F.col("access_count")).otherwise(0)).alias("unseen_accesses"),
+        F.sum(in_batch).alias("distinct"), F.sum(F.when(in_hbm, in_batch).otherwise(0.0)).alias("hbm_distinct"))
 
 
 def _replayed(cost: GpuCosts, predicted_max_cost_ms: float, predicted_uvm_access_fraction: float,
@@ -114,7 +119,8 @@ def summarize(manifest: Manifest, hits: dict[tuple[str, str], dict], num_samples
               logs) -> Evaluation:
     """hits: (plan, table) -> {accesses, hbm_accesses, unseen_accesses} on the held-out data."""
     batch, hw = manifest.hardware.batch_size, manifest.hardware
-    none = {"accesses": 0, "hbm_accesses": 0, "unseen_accesses": 0}
+    model = hw.costs
+    none = {"accesses": 0, "hbm_accesses": 0, "unseen_accesses": 0, "distinct": 0.0, "hbm_distinct": 0.0}
 
     def fraction(plan: str, table: str) -> float:
         h = hits.get((plan, table), none)
@@ -122,6 +128,7 @@ def summarize(manifest: Manifest, hits: dict[tuple[str, str], dict], num_samples
 
     measured = [hits.get((RECSHARD, t.name), none) for t in manifest.tables]
     accesses = [batch * h["accesses"] / num_samples for h in measured]
+    distinct = [h["distinct"] for h in measured]  # per batch, whatever the plan
     fractions = [fraction(RECSHARD, t.name) for t in manifest.tables]
     tables = tuple(ReplayedTable(
         name=t.name, gpu=t.gpu, accesses=h["accesses"], hbm_access_fraction=f,
@@ -129,17 +136,17 @@ def summarize(manifest: Manifest, hits: dict[tuple[str, str], dict], num_samples
         unseen_access_fraction=h["unseen_accesses"] / h["accesses"] if h["accesses"] else 0.0,
         accesses_per_batch=a, predicted_accesses_per_batch=t.accesses_per_batch)
         for t, h, a, f in zip(manifest.tables, measured, accesses, fractions))
-    row_bytes = [t.row_bytes for t in manifest.tables]
 
-    def cost(gpu, hbm_fraction) -> GpuCosts:
-        return placement_cost(manifest.num_gpus, gpu, accesses, row_bytes, hbm_fraction, hw.hbm_bandwidth,
-                              hw.uvm_bandwidth)
+    def load(j: int, gpu: int, hbm_fraction: float, distinct_hbm: float, share: float = 1.0) -> TableLoad:
+        t = manifest.tables[j]  # share: of the table's columns (a column shard)
+        return TableLoad(gpu, accesses[j], hbm_fraction, distinct_hbm, distinct[j] - distinct_hbm, t.row_bytes * share,
+                         t.hash_size * t.row_bytes * share,
+                         hw.comm_bytes(accesses[j] / batch, len(t.features), t.dim * share))
 
     # a table cut column-wise costs on each shard's GPU its share of the columns' bytes
-    parts = [(j, p) for j, t in enumerate(manifest.tables) for p in t.gpu_parts]
-    by_part = placement_cost(manifest.num_gpus, [p.gpu for _, p in parts], [accesses[j] for j, _ in parts],
-                             [row_bytes[j] * p.share for j, p in parts], [fractions[j] for j, _ in parts],
-                             hw.hbm_bandwidth, hw.uvm_bandwidth)
+    by_part = placement_cost(model, manifest.num_gpus, [
+        load(j, p.gpu, fractions[j], measured[j]["hbm_distinct"], p.share)
+        for j, t in enumerate(manifest.tables) for p in t.gpu_parts])
     # ... and serves each lookup of the table once
     uvm = sum(a * (1 - f) for a, f in zip(accesses, fractions)) / sum(accesses) if sum(accesses) else 0.0
     recshard = _replayed(dataclasses.replace(by_part, uvm_access_fraction=uvm), manifest.plan.objective_ms,
@@ -151,13 +158,21 @@ def summarize(manifest: Manifest, hits: dict[tuple[str, str], dict], num_samples
                  for rows, t in zip(b.rows_hbm, manifest.tables)]
         if None in whole:
             continue
-        plans[b.name] = _replayed(cost(b.gpu, whole), b.max_cost_ms, b.uvm_access_fraction, recshard.max_cost_ms)
+        cost = placement_cost(model, manifest.num_gpus, [load(j, g, f, distinct[j] * f)
+                                                          for j, (g, f) in enumerate(zip(b.gpu, whole))])
+        plans[b.name] = _replayed(cost, b.max_cost_ms, b.uvm_access_fraction, recshard.max_cost_ms)
+    comm = [hw.comm_bytes(a / batch, len(t.features), t.dim) for a, t in zip(accesses, manifest.tables)]
     for tp in manifest.plan.torchrec:
         if tp.error is not None:
             continue
-        shards = shard_cost(manifest.num_gpus, tp.shards, manifest.tables, accesses,
-                            lambda j, rows, name=tp.name: fraction(name, manifest.tables[j].name),
-                            hw.hbm_bandwidth, hw.uvm_bandwidth)
+
+        def tier_share(j: int, rows: float, name: str = tp.name) -> TierShare:
+            if rows >= manifest.tables[j].hash_size:
+                return TierShare(1.0, distinct[j], distinct[j])
+            h = hits.get((name, manifest.tables[j].name), none)
+            return TierShare(fraction(name, manifest.tables[j].name), h["hbm_distinct"], distinct[j])
+
+        shards = shard_cost(model, manifest.num_gpus, tp.shards, manifest.tables, accesses, tier_share, comm)
         plans[tp.name] = _replayed(shards, tp.max_cost_ms, tp.uvm_access_fraction, recshard.max_cost_ms)
     return Evaluation(num_samples=num_samples, plans=plans, tables=tables, manifest=manifest_path,
                       logs=tuple(logs), ds=manifest.ds)

@@ -175,7 +175,9 @@ def replay_logs(spark, options: ReplayOptions) -> pathlib.Path:
             remap = part if remap is None else remap.unionByName(part)
         placement = spark.createDataFrame(placements(manifest),
                                           "plan string, table string, rows_hbm bigint, unseen_below bigint")
-        hits = {(r["plan"], r["table"]): r.asDict() for r in tier_hits(result.row_counts, remap, placement).collect()}
+        hits = {(r["plan"], r["table"]): r.asDict() for r in tier_hits(result.row_counts, remap, placement,
+                                                                         manifest.hardware.batch_size /
+                                                                         max(result.num_samples, 1)).collect()}
     finally:
         result.release()
     summary = summarize(manifest, hits, result.num_samples, manifest_path=str(loaded.path), logs=options.logs)

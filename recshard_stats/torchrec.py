@@ -36,12 +36,13 @@ from torchrec.distributed.planner.types import ParameterConstraints
 from torchrec.distributed.sharding_plan import column_wise, construct_module_sharding_plan, table_wise
 from torchrec.distributed.types import CacheParams, CacheStatistics, ShardingPlan
 
-from recshard_stats.costmodel import GpuCosts, shard_cost
+from recshard_stats.costmodel import GpuCosts, TierShare, shard_cost
 from recshard_stats.export import FUSED, FUSED_UVM, FUSED_UVM_CACHING, unsplit_kernel
 from recshard_stats.manifest import Manifest, ManifestFile, TablePlacement, TorchRecShard
 from recshard_stats.solver.problem import Problem, TableDemand
 
 HBM_SUFFIX, UVM_SUFFIX = "__hbm", "__uvm"
+MS_PER_S = 1000.0  # TorchRec's Topology takes bandwidths in bytes/ms, our configs give bytes/s
 
 
 @dataclasses.dataclass(frozen=True)
@@ -312,9 +313,12 @@ def torchrec_shards(options) -> tuple[TorchRecShard, ...]:
 def cost_torchrec_plan(problem: Problem, shards) -> GpuCosts:
     """A TorchRec plan costed in our model, shard by shard (:func:`recshard_stats.costmodel.shard_cost`):
     a cache of load factor c is taken to hold the hottest rows, so it serves F(c * rows)."""
-    hw = problem.hardware
-    return shard_cost(problem.num_gpus, shards, problem.tables, [t.accesses_per_batch for t in problem.tables],
-                      lambda j, rows: problem.tables[j].hbm_fraction(rows), hw.hbm_bandwidth, hw.uvm_bandwidth)
+    def tier_share(j: int, rows: float) -> TierShare:
+        t = problem.tables[j]
+        return TierShare(float(t.hbm_fraction(rows)), float(t.distinct_rows(rows)), t.distinct_per_batch)
+
+    return shard_cost(problem.hardware.costs, problem.num_gpus, shards, problem.tables,
+                      [t.accesses_per_batch for t in problem.tables], tier_share, problem.comm_bytes)
 
 
 def _collection(problem: Problem) -> EmbeddingBagCollection:
@@ -323,12 +327,14 @@ def _collection(problem: Problem) -> EmbeddingBagCollection:
 
 def _topology(problem: Problem):
     """The problem's hardware as TorchRec sees it: G CUDA ranks on one host, each with its HBM and a
-    G-th of the host memory, our HBM and UVM bandwidths."""
+    G-th of the host memory, our HBM and UVM bandwidths in TorchRec's unit, bytes per millisecond
+    (its default HBM bandwidth is ``897 * 1024**3 / 1000``)."""
     from torchrec.distributed.planner import Topology
 
     hw, g = problem.hardware, problem.num_gpus
     return Topology(world_size=g, compute_device="cuda", hbm_cap=hw.hbm_bytes_per_gpu, ddr_cap=hw.host_bytes // g,
-                    local_world_size=g, hbm_mem_bw=hw.hbm_bandwidth, hbm_to_ddr_mem_bw=hw.uvm_bandwidth)
+                    local_world_size=g, hbm_mem_bw=hw.hbm_bandwidth / MS_PER_S,
+                    hbm_to_ddr_mem_bw=hw.uvm_bandwidth / MS_PER_S)
 
 
 def _pooling_factors(problem: Problem, t: TableDemand) -> list[float]:

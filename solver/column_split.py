@@ -2,8 +2,8 @@
 
 A table whose cost alone would set the step time is cut into k column shards (k a power of 2
 dividing its dim, at most the GPUs and ``--max-column-shards``): each shard has dim / k columns,
-1/k of the row bytes and every one of the table's accesses, so it costs 1/k of the table at the
-same HBM share; it needs the trainer's id buffer in full and 1/k of its outputs. The shards of a
+1/k of the row bytes and every one of the table's accesses, so it costs 1/k of the table's
+per-byte terms and all of its per-lookup and per-row terms at the same HBM share; it needs the trainer's id buffer in full and 1/k of its outputs. The shards of a
 table go to different GPUs and keep the same rows in HBM (TorchRec's ``column_wise``).
 
 The solver places shards like tables (:class:`~recshard_stats.solver.problem.Problem` with a
@@ -31,7 +31,8 @@ def choose_shards(problem: Problem, max_column_shards: int) -> tuple[int, ...]:
     for j, t in enumerate(problem.tables):
         k, most = 1, t.most_column_shards(problem.num_gpus, max_column_shards)
         # a table cheaper than the share in UVM is cheaper than it anywhere: no water-fill needed
-        while k < most and problem.uvm_time(j) / k > share and alone_cost(problem, t.column_shard(k)) > share:
+        while (k < most and Problem((t.column_shard(k),), problem.hardware).uvm_time(0) > share
+               and alone_cost(problem, t.column_shard(k)) > share):
             k *= 2
         shards.append(k)
     return tuple(shards)

@@ -87,12 +87,12 @@ def build_model(problem: Problem, options: SolveOptions = SolveOptions()) -> pyo
 
     cuts = []
     for j, table in enumerate(problem.tables):
-        rows, frac = breakpoints(table, options.cdf_segments)
-        # F (the HBM share of accesses) is concave and linear between whole rows: the line through
-        # each breakpoint with F's slope just right of it lies above F, so the hits the MILP may
-        # claim, under the lowest of these lines, are never fewer than the plan really gets and the
-        # solver's bound is a true lower bound (chords lie under F: a bound on them is none).
-        right = table.hbm_fraction(np.minimum(rows + 1, table.hash_size))
+        rows, frac = breakpoints(problem, j, options.cdf_segments)
+        # S (the share of the table's saving, F under v1) is concave and linear between whole rows:
+        # the line through each breakpoint with S's slope just right of it lies above S, so the
+        # saving the MILP may claim, under the lowest of these lines, is never less than the plan
+        # really gets and the solver's bound is a true lower bound (chords lie under S).
+        right = problem.saving_fraction(j, np.minimum(rows + 1, table.hash_size))
         for r, value, after in zip(rows, frac, right):
             slope = (after - value) * table.hash_size if r < table.hash_size else 0.0
             f = r / table.hash_size

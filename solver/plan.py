@@ -1,6 +1,6 @@
 """A plan (table -> GPU, rows in HBM) and its cost under the one cost model
-(:mod:`recshard_stats.costmodel`): ``t_j = a_j * row_bytes_j * (F_j(h_j) / BW_hbm + (1 - F_j(h_j)) / BW_uvm)``,
-GPU cost = sum of its tables, step time = the slowest GPU."""
+(:mod:`recshard_stats.costmodel`): each table's lookups and distinct rows in HBM and in host
+memory, GPU cost = its tables plus its kernel groups, step time = the slowest GPU."""
 
 from __future__ import annotations
 
@@ -27,10 +27,9 @@ class PlanCost(GpuCosts):
 
 
 def cost_plan(problem: Problem, plan: Plan) -> PlanCost:
-    fractions = tuple(float(t.hbm_fraction(plan.rows_hbm[j])) for j, t in enumerate(problem.tables))
-    hw = problem.hardware
-    costs = placement_cost(problem.num_gpus, plan.gpu, [t.accesses_per_batch for t in problem.tables],
-                           [t.row_bytes for t in problem.tables], fractions, hw.hbm_bandwidth, hw.uvm_bandwidth)
+    loads = [problem.load(t, plan.rows_hbm[j], problem.comm_bytes[j], plan.gpu[j]) for j, t in enumerate(problem.tables)]
+    fractions = tuple(float(load.hbm_fraction) for load in loads)
+    costs = placement_cost(problem.hardware.costs, problem.num_gpus, loads)
     gpu_bytes = [0.0] * problem.num_gpus
     for j, table in enumerate(problem.tables):
         gpu_bytes[plan.gpu[j]] += plan.rows_hbm[j] * table.row_bytes

@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from recshard_stats.config import HardwareConfig, ModelConfig
-from recshard_stats.costmodel import table_seconds
+from recshard_stats.costmodel import TableLoad
 from recshard_stats.distributions import CountOfCounts
 from recshard_stats.errors import Reason, RecShardError, fmt_bytes
 from recshard_stats.stats_reader import StatsPartition
@@ -32,8 +32,8 @@ class TableDemand:
     column_shards: int = 1         # > 1: one of that many column shards of a table (dim, row_bytes already cut)
 
     def column_shard(self, k: int) -> "TableDemand":
-        """One of k column shards: dim / k columns, 1/k of the row bytes, every access (so 1/k
-        of the table's cost at the same HBM share)."""
+        """One of k column shards: dim / k columns, 1/k of the row bytes, every access and row
+        touched (1/k of the per-byte terms, all the per-lookup ones)."""
         if k == 1:
             return self
         return dataclasses.replace(self, dim=self.dim // k, row_bytes=self.row_bytes / k, column_shards=k)
@@ -84,6 +84,37 @@ class TableDemand:
         unseen mass spreads evenly (never above a seen-once row's value, so F stays concave)."""
         unseen = self.hash_size - self.unique_rows
         return self.unseen_probability * self.coc.total_accesses / unseen if unseen else 0.0
+
+    @functools.cached_property
+    def _draw_probability(self) -> float:
+        """The chance that one sample of the profile is in a given batch (B / samples profiled)."""
+        total = self.coc.total_accesses
+        return min(self.accesses_per_batch / total, 1.0) if total else 0.0
+
+    def _in_batch(self, values) -> np.ndarray:
+        """Chance that a row with ``values`` expected accesses per profile is touched by a batch."""
+        q = self._draw_probability
+        values = np.asarray(values, dtype=np.float64)
+        return np.where(values > 0, 1.0, 0.0) if q >= 1 else -np.expm1(values * np.log1p(-q))
+
+    def distinct_rows(self, rows_hbm) -> np.ndarray:
+        """Expected distinct rows a batch touches among the rows_hbm first rows of the remap (a
+        row accessed v times in the profile is in a batch with chance 1 - (1 - B/N)^v)."""
+        rows_hbm = np.asarray(rows_hbm, dtype=np.float64)
+        if self.coc.total_accesses == 0:
+            return np.zeros_like(rows_hbm)
+        per_row = self._in_batch(self.row_values)
+        seen = np.minimum(rows_hbm, self.unique_rows)
+        cum_rows = np.concatenate([[0.0], np.cumsum(self.coc.rows)])
+        cum = np.concatenate([[0.0], np.cumsum(self.coc.rows * per_row)])
+        seg = np.clip(np.searchsorted(cum_rows, seen, side="right") - 1, 0, len(per_row) - 1)
+        within = np.clip(seen - cum_rows[seg], 0, self.coc.rows[seg])
+        top = np.where(seen >= cum_rows[-1], cum[-1], cum[seg] + within * per_row[seg])
+        return top + float(self._in_batch(self.unseen_row_value)) * np.clip(rows_hbm - self.unique_rows, 0, None)
+
+    @functools.cached_property
+    def distinct_per_batch(self) -> float:
+        return float(self.distinct_rows(self.hash_size))
 
     def hbm_fraction(self, rows_hbm) -> np.ndarray:
         """Predicted share of new data's accesses served by HBM with the rows_hbm first rows of
@@ -168,11 +199,45 @@ class Problem:
         """HBM bytes left for rows on a GPU holding ``tables`` (negative: their buffers overflow it)."""
         return self.hbm_capacity - self.buffer_bytes(tables)
 
+    @functools.cached_property
+    def comm_bytes(self) -> tuple[float, ...]:
+        """Per table: the ids and pooled outputs its GPU exchanges per batch
+        (:meth:`HardwareConfig.comm_bytes`)."""
+        hw = self.hardware
+        return tuple(hw.comm_bytes(t.accesses_per_batch / hw.batch_size, len(t.features), t.dim) for t in self.tables)
+
+    def load(self, table: TableDemand, rows_hbm, comm_bytes: float = 0.0, gpu: int = 0) -> TableLoad:
+        """A table (or column shard) with its rows_hbm hottest rows in HBM, as the cost model sees it."""
+        distinct_hbm = table.distinct_rows(rows_hbm)
+        return TableLoad(gpu, table.accesses_per_batch, table.hbm_fraction(rows_hbm), distinct_hbm,
+                         table.distinct_per_batch - distinct_hbm, table.row_bytes, table.size_bytes, comm_bytes)
+
+    def demand_cost(self, table: TableDemand, rows_hbm, comm_bytes: float = 0.0):
+        """Per-batch seconds of a table (or column shard) with its rows_hbm hottest rows in HBM."""
+        return self.hardware.costs.table_seconds(self.load(table, rows_hbm, comm_bytes))
+
     def table_cost(self, j: int, rows_hbm) -> float:
         """The cost model: per-batch seconds of table j with its rows_hbm hottest rows in HBM."""
-        t, hw = self.tables[j], self.hardware
-        return table_seconds(t.accesses_per_batch, t.row_bytes, float(t.hbm_fraction(rows_hbm)),
-                             hw.hbm_bandwidth, hw.uvm_bandwidth)
+        return float(self.demand_cost(self.tables[j], rows_hbm, self.comm_bytes[j]))
+
+    def saving_fraction(self, j: int, rows_hbm) -> np.ndarray:
+        """Share of table j's possible saving (all in UVM -> all in HBM) its rows_hbm hottest rows
+        in HBM give: concave in the rows (the MILP's cuts lie above it); F itself under v1."""
+        t = self.tables[j]
+        uvm, hbm = self.uvm_time(j), self.hbm_time(j)
+        if uvm <= hbm:
+            return np.zeros_like(np.asarray(rows_hbm, dtype=np.float64))
+        return (uvm - np.asarray(self.demand_cost(t, rows_hbm, self.comm_bytes[j]))) / (uvm - hbm)
+
+    def row_savings(self, j: int) -> tuple[np.ndarray, float]:
+        """Seconds per batch one row of table j saves in HBM: per access-count class (hottest
+        first), and per never-seen row."""
+        t = self.tables[j]
+        lookup_hbm, lookup_host, distinct_hbm, distinct_host = self.hardware.costs.unit_costs(t.row_bytes, t.size_bytes)
+        per_access = t.accesses_per_batch / max(t.coc.total_accesses, 1) * (lookup_host - lookup_hbm)
+        per_distinct = distinct_host - distinct_hbm
+        return (t.row_values * per_access + t._in_batch(t.row_values) * per_distinct,
+                float(t.unseen_row_value * per_access + t._in_batch(t.unseen_row_value) * per_distinct))
 
     def uvm_time(self, j: int) -> float:
         """Per-batch seconds of table j with every access served from UVM."""
@@ -244,15 +309,16 @@ def build_problem(stats: StatsPartition, model: ModelConfig, hardware: HardwareC
     return Problem(tuple(tables), hardware)
 
 
-def breakpoints(table: TableDemand, num: int) -> tuple[np.ndarray, np.ndarray]:
-    """(rows, F) at ~num log-spaced points from 0 to unique_rows, then the whole table (F is
-    linear over the never-seen rows): where the MILP's cut lines touch F."""
+def breakpoints(problem: Problem, j: int, num: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, S) at ~num log-spaced points from 0 to unique_rows, then the whole table (S, the
+    saving fraction, is linear over the never-seen rows): where the MILP's cut lines touch S."""
+    table = problem.tables[j]
     u = table.unique_rows
     if u == 0:
         return np.array([0.0]), np.array([0.0])
     # from u / 10^4 rows on: a finer head would only add lines too steep for the solvers'
-    # numerics (the first line then lies further above F there: a looser relaxation, still valid)
+    # numerics (the first line then lies further above S there: a looser relaxation, still valid)
     head = max(1.0, u / 1e4)
     pts = np.unique(np.round(np.logspace(math.log10(head), math.log10(u), max(num - 1, 1))))
     pts = np.unique(np.concatenate([[0.0], pts, [float(u), float(table.hash_size)]]))
-    return pts, table.hbm_fraction(pts)
+    return pts, problem.saving_fraction(j, pts)

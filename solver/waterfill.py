@@ -1,9 +1,9 @@
 """Exact HBM split by water-filling, and the lower bound every plan reports its gap to.
 
-Moving one seen row of table j from UVM to HBM saves ``(t_uvm_j - t_hbm_j) * v / A_j`` per
-batch, where ``t_uvm_j`` / ``t_hbm_j`` are the table's per-batch times all in UVM / all in
-HBM, ``A_j`` its profiled accesses and v the row's value (its profiled access count; less for
-rows seen once, see ``TableDemand.row_values``). So the best split of a GPU's HBM fills rows
+Moving one seen row of table j from UVM to HBM saves its lookups' and its distinct-row terms
+(``Problem.row_savings``: the row's value v, its profiled access count, less for rows seen once
+(``TableDemand.row_values``), moves v / A_j of the table's lookups, and the row is in a batch
+with chance 1 - (1 - B/N)^v). So the best split of a GPU's HBM fills rows
 in decreasing saving per byte across its tables until the bytes run out (a fractional
 knapsack over the count-of-counts segments, optimal up to one row per table).
 
@@ -26,9 +26,8 @@ def segments(problem: Problem, tables: list[int]):
     saved, size, owner = [], [], []
     for j in tables:
         t = problem.tables[j]
-        # table j's row of value v moves v / A_j of its accesses from UVM to HBM
-        per_value = (problem.uvm_time(j) - problem.hbm_time(j)) / max(t.coc.total_accesses, 1)
-        saved += [t.row_values * per_value, [t.unseen_row_value * per_value]]
+        seen, unseen = problem.row_savings(j)
+        saved += [seen, [unseen]]
         size += [t.coc.rows.astype(np.float64), [float(t.hash_size - t.unique_rows)]]
         owner += [np.full(len(t.coc.counts) + 1, j)]
     if not saved:
@@ -155,7 +154,7 @@ def lower_bound(problem: Problem, max_column_shards: int = 1) -> float:
     of the G + 1 costliest such shards (each alone)."""
     g = problem.num_gpus
     shards = [t.column_shard(t.most_column_shards(g, max_column_shards)) for t in problem.tables]
-    uvm = [problem.uvm_time(j) / t.column_shards for j, t in enumerate(shards)]
+    uvm = [Problem((t,), problem.hardware).uvm_time(0) for t in shards]
     alone: list[float] = []
     # costliest in UVM first; a shard costs at most its UVM time, so once that is below the
     # (G + 1)-th costliest found, no later shard enters the top G + 1
@@ -164,4 +163,6 @@ def lower_bound(problem: Problem, max_column_shards: int = 1) -> float:
             break
         alone = sorted(alone + [alone_cost(problem, shards[j])], reverse=True)[:g + 1]
     pair = alone[g - 1] + alone[g] if len(alone) > g else 0.0
-    return max(pooled_bound(problem), alone[0] if alone else 0.0, pair)
+    # the slowest GPU runs at least one kernel group
+    fixed = problem.hardware.costs.least_group_seconds if problem.tables else 0.0
+    return max(pooled_bound(problem), alone[0] if alone else 0.0, pair) + fixed

@@ -397,3 +397,44 @@ def test_a_solved_plan_fits_torchrecs_storage_estimate():
     assert fitted.fits, (fitted.hbm_needed, fitted.hbm_usable)
     assert max(fitted.hbm_needed) > 0.9 * fitted.hbm_usable  # and still uses the HBM it has
     assert not unfitted.fits
+
+
+def test_torchrec_gets_its_bandwidths_in_bytes_per_ms():
+    """TorchRec's Topology takes bandwidths in bytes/ms. A hardware config holding TorchRec's own
+    default bandwidths (as bytes/s) must give the adapter's Topology exactly those defaults, and
+    TorchRec's estimate of a table planned on it must equal the one on TorchRec's default
+    Topology (a bytes/s slip makes the compute estimates 1000x too small)."""
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.planner import Topology
+    from torchrec.distributed.planner.constants import HBM_MEM_BW, HBM_TO_DDR_MEM_BW
+    from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
+    from torchrec.distributed.planner.types import ParameterConstraints
+
+    from recshard_stats.torchrec import _topology
+
+    base = _problem()
+    problem = dataclasses.replace(base, hardware=dataclasses.replace(
+        base.hardware, hbm_bandwidth=HBM_MEM_BW * 1000, uvm_bandwidth=HBM_TO_DDR_MEM_BW * 1000))
+    ours = _topology(problem)
+    hw = problem.hardware
+    theirs = Topology(world_size=hw.num_gpus, compute_device="cuda", hbm_cap=hw.hbm_bytes_per_gpu,
+                      ddr_cap=hw.host_bytes // hw.num_gpus, local_world_size=hw.num_gpus)
+    assert ours.hbm_mem_bw == pytest.approx(HBM_MEM_BW) and ours.hbm_to_ddr_mem_bw == pytest.approx(HBM_TO_DDR_MEM_BW)
+    t = problem.tables[0]
+    collection = EmbeddingBagCollection(tables=[EmbeddingBagConfig(
+        name=t.name, embedding_dim=t.dim, num_embeddings=t.hash_size, feature_names=list(t.features))],
+        device=torch.device("meta"))
+    perf = {}
+    for name, topology in (("ours", ours), ("theirs", theirs)):
+        for kernel in (FUSED, FUSED_UVM):
+            constraints = {t.name: ParameterConstraints(sharding_types=["table_wise"], compute_kernels=[kernel],
+                                                         pooling_factors=[5.0])}
+            (option,) = EmbeddingEnumerator(topology, 1024, constraints).enumerate(
+                collection, [EmbeddingBagCollectionSharder()])
+            perf[name, kernel] = option.shards[0].perf
+    for kernel in (FUSED, FUSED_UVM):
+        assert perf["ours", kernel].fwd_compute == pytest.approx(perf["theirs", kernel].fwd_compute, rel=1e-9)
+        assert perf["ours", kernel].total == pytest.approx(perf["theirs", kernel].total, rel=1e-9)
+    # and in TorchRec's unit: 1024 x 5 lookups of dim x 4 bytes from UVM at 32 GiB/s take about that long
+    moved = 1024 * 5 * t.dim * 4
+    assert perf["ours", FUSED_UVM].fwd_compute >= moved / HBM_TO_DDR_MEM_BW

@@ -1,0 +1,301 @@
+"""``recshard calibrate``: the cost model's terms (:mod:`recshard_stats.costmodel`) measured on
+the user's GPU with the trainer's kernels (:mod:`recshard_stats.lookup_kernels`), fitted by
+non-negative least squares, written as a calibration file a hardware config references.
+
+The grid sweeps tier x dim x table size x batch x pooling factor x id distribution (uniform,
+or Zipf with hot rows scattered over the table), within a time budget, in an order that spreads
+a cut-short sweep over the whole grid. Each configuration gives the forward time and the step
+time (forward + backward + update); the backward's terms are fitted on their difference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import itertools
+import json
+import logging
+import math
+import pathlib
+import time
+
+import numpy as np
+
+from recshard_stats.costmodel import (SPAN_HIGH_BYTES, SPAN_LOW_BYTES, CostModel, PassTerms, TierTerms,
+                                      calibration_to_file)
+from recshard_stats.lookup_kernels import HBM, HOST
+
+log = logging.getLogger(__name__)
+GIB = 2 ** 30
+# the fitted terms, in the order of the design matrix's columns after the constant
+FEATURES = ("lookup_s", "byte_s", "distinct_s", "distinct_byte_s", "span_distinct_s")
+MIN_SECONDS = 1e-6   # a floor for the fit's relative weights
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    """One configuration's shape and its times (seconds)."""
+    tier: str
+    lookups: int
+    distinct: int
+    row_bytes: int
+    span_bytes: int
+    forward_s: float
+    step_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class GridPoint:
+    tier: str
+    dim: int
+    rows: int
+    batch: int
+    pooling: int
+    dist: str
+
+
+def default_grid(device: str, host_gib: float) -> list[GridPoint]:
+    """Tables from 64 MiB to ``host_gib`` (spanning both host regimes), dims 16-256, batch 2048 to
+    65536, one id or ten per bag, uniform and skewed ids; on CPU a small grid that only checks
+    the loop."""
+    if device == "cpu":
+        dims, spans, batches, pools = (16, 64), (2 ** 22, 2 ** 24), (256, 1024), (1, 4)
+    else:
+        dims, batches, pools = (16, 64, 256), (2048, 16384, 65536), (1, 10)
+        spans = tuple(s for s in (2 ** 26, 2 ** 28, 2 ** 30, 2 ** 31, 2 ** 32, 2 ** 33) if s <= host_gib * GIB)
+    grid = [GridPoint(tier, dim, span // (4 * dim), batch, pf, dist)
+            for tier, dim, span, batch, pf, dist in itertools.product(
+                (HBM, HOST), dims, spans, batches, pools, ("uniform", "zipf"))]
+    # a sweep cut short by the budget still covers every tier, size and batch
+    return [grid[i] for i in np.random.default_rng(0).permutation(len(grid))]
+
+
+def draw_ids(point: GridPoint, rng: np.random.Generator) -> np.ndarray:
+    n = point.batch * point.pooling
+    if point.dist == "uniform":
+        return rng.integers(0, point.rows, n)
+    # Zipf over ranks (P(rank k) ~ 1/k), hot rows scattered over the table by a multiplicative hash
+    ranks = np.minimum(_zipf_ranks(point.rows, n, rng), point.rows - 1)
+    return (ranks * 2654435761) % point.rows
+
+
+def _zipf_ranks(rows: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Ranks with P(k) ~ 1/(k+1) over [0, rows): inverse CDF of the continuous 1/x law."""
+    u = rng.random(n)
+    return np.floor(np.expm1(u * math.log(rows + 1.0))).astype(np.int64)
+
+
+def measure_grid(grid: list[GridPoint], device: str, budget_s: float, reps: int = 10,
+                 progress=print) -> list[Measurement]:
+    """Times each point in turn until the budget is spent (one pool per tier, allocated once)."""
+    from recshard_stats.lookup_kernels import KernelGroup, WeightPools, time_groups
+
+    largest = {tier: max((p.rows * p.dim * 4 for p in grid if p.tier == tier), default=4) for tier in (HBM, HOST)}
+    started = time.time()
+    pools = WeightPools(device, largest[HBM], largest[HOST])
+    progress(f"calibrate: pools ready in {time.time() - started:.1f}s (HBM {largest[HBM] / GIB:.2f} GiB, "
+             f"host {largest[HOST] / GIB:.2f} GiB, device {device})")
+    rng = np.random.default_rng(1)
+    out = []
+    for i, point in enumerate(grid):
+        if time.time() - started > budget_s:
+            progress(f"calibrate: budget of {budget_s:.0f}s spent after {i} of {len(grid)} configurations")
+            break
+        ids = draw_ids(point, rng)
+        offsets = np.arange(0, len(ids), point.pooling)
+        group = KernelGroup.of(pools.weights(point.tier, point.rows, point.dim), ids, offsets)
+        timing = time_groups([group], reps)
+        out.append(Measurement(point.tier, len(ids), int(len(group.distinct)), point.dim * 4,
+                               point.rows * point.dim * 4, timing.forward_s, timing.step_s))
+        if (i + 1) % 20 == 0:
+            progress(f"calibrate: {i + 1}/{len(grid)} configurations, {time.time() - started:.0f}s")
+    return out
+
+
+def measurements_from_grid_file(path: str | pathlib.Path) -> list[Measurement]:
+    """The shared grid's JSON lines (``kind: calib``, ``tier: hbm | uvm``) as measurements."""
+    out = []
+    for line in pathlib.Path(path).read_text().splitlines():
+        r = json.loads(line)
+        if r.get("kind") != "calib":
+            continue
+        row_bytes = r["bytes"] // r["lookups"]
+        out.append(Measurement(HBM if r["tier"] == "hbm" else HOST, r["lookups"], r["unique"], row_bytes,
+                               r["rows"] * row_bytes, r["fwd"]["ms"] / 1e3, r["full"]["ms"] / 1e3))
+    return out
+
+
+def design(ms: list[Measurement], low: float, high: float) -> np.ndarray:
+    """Columns: 1, lookups, bytes looked up, distinct rows, their bytes, distinct rows x span ramp."""
+    ramp = CostModel(PassTerms(), span_low_bytes=low, span_high_bytes=high).span_ramp([m.span_bytes for m in ms])
+    lookups = np.array([m.lookups for m in ms], dtype=np.float64)
+    distinct = np.array([m.distinct for m in ms], dtype=np.float64)
+    row_bytes = np.array([m.row_bytes for m in ms], dtype=np.float64)
+    return np.column_stack([np.ones(len(ms)), lookups, lookups * row_bytes, distinct, distinct * row_bytes,
+                            distinct * ramp])
+
+
+def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Non-negative least squares (Lawson-Hanson), columns scaled to unit norm for the numerics."""
+    scale = np.linalg.norm(a, axis=0)
+    scale[scale == 0] = 1.0
+    a = a / scale
+    n = a.shape[1]
+    x, passive = np.zeros(n), np.zeros(n, dtype=bool)
+    for _ in range(3 * n + 10):
+        w = a.T @ (b - a @ x)
+        if passive.all() or w[~passive].max(initial=0.0) <= 1e-12 * max(np.abs(b).max(), 1e-30):
+            break
+        passive[np.argmax(np.where(passive, -np.inf, w))] = True
+        while True:
+            z = np.zeros(n)
+            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
+            if (z[passive] > 0).all():
+                x = z
+                break
+            neg = passive & (z <= 0)
+            alpha = np.min(x[neg] / (x[neg] - z[neg]))
+            x = x + alpha * (z - x)
+            passive &= x > 1e-15
+    return x / scale
+
+
+def r_squared(y: np.ndarray, predicted: np.ndarray) -> float:
+    total = float(((y - y.mean()) ** 2).sum())
+    return 1.0 - float(((y - predicted) ** 2).sum()) / total if total > 0 else 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class TierFit:
+    terms: TierTerms
+    r2: float
+    configurations: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Fit:
+    model: CostModel
+    fits: dict[str, dict[str, TierFit]]    # pass ("forward", "backward", "step") -> tier -> fit
+
+    def summary(self) -> str:
+        lines = [f"{'pass':<9} {'tier':<5} {'R^2':>7} {'configs':>8}  terms"]
+        for p, tiers in self.fits.items():
+            for tier, fit in tiers.items():
+                t = fit.terms
+                lines.append(f"{p:<9} {tier:<5} {fit.r2:>7.4f} {fit.configurations:>8}  fixed {t.fixed_s * 1e6:.2f} us, "
+                             f"lookup {t.lookup_s * 1e9:.3f} ns + {t.byte_s * 1e12:.3f} ps/B, distinct row "
+                             f"{t.distinct_s * 1e9:.3f} ns + {t.distinct_byte_s * 1e12:.3f} ps/B "
+                             f"+ {t.span_distinct_s * 1e9:.3f} ns x span ramp")
+        lines.append(f"host span ramp: {self.model.span_low_bytes / GIB:g} GiB -> {self.model.span_high_bytes / GIB:g} GiB")
+        return "\n".join(lines)
+
+
+def _fit_tier(ms: list[Measurement], y: np.ndarray, low: float, high: float, host: bool,
+              scale: np.ndarray | None = None) -> TierFit:
+    """NNLS with each row divided by sqrt(``scale``, default y): between absolute error (where the
+    largest configurations set the fixed terms, 8x too high for small batches on the shared H200
+    grid) and relative error (where the largest are underfit); R^2 is on the absolute times."""
+    a = design(ms, low, high)
+    if not host:
+        a[:, 5] = 0.0  # HBM has no span ramp
+    w = 1.0 / np.sqrt(np.maximum(y if scale is None else scale, MIN_SECONDS))
+    coef = nnls(a * w[:, None], y * w)
+    return TierFit(TierTerms(coef[0], *coef[1:]), r_squared(y, a @ coef), len(ms))
+
+
+def fit(ms: list[Measurement]) -> Fit:
+    """Per tier, forward and backward terms by NNLS; the host ramp's ends chosen (among powers of
+    2) for the best step fit."""
+    by_tier = {tier: [m for m in ms if m.tier == tier] for tier in (HBM, HOST)}
+    missing = [tier for tier, sub in by_tier.items() if len(sub) < 6]
+    if missing:
+        raise ValueError(f"too few measurements to fit tier(s) {', '.join(missing)} (need 6 each, have "
+                         f"{', '.join(f'{t}: {len(s)}' for t, s in by_tier.items())}); raise --budget-s")
+    host = by_tier[HOST]
+    step_y = np.array([m.step_s for m in host])
+    # the ramp's ends: powers of 2 from half the smallest host table to twice the largest
+    smallest, largest = min(m.span_bytes for m in host), max(m.span_bytes for m in host)
+    spans = [2.0 ** k for k in range(int(math.log2(smallest)) - 1, int(math.log2(largest)) + 2)]
+    low, high = SPAN_LOW_BYTES, SPAN_HIGH_BYTES
+    if smallest < largest:
+        low, high = max(((lo, hi) for lo, hi in itertools.combinations(spans, 2)),
+                        key=lambda p: _fit_tier(host, step_y, p[0], p[1], True).r2)
+    fits: dict[str, dict[str, TierFit]] = {"forward": {}, "backward": {}, "step": {}}
+    for tier, sub in by_tier.items():
+        forward = np.array([m.forward_s for m in sub])
+        step = np.array([m.step_s for m in sub])
+        fits["forward"][tier] = _fit_tier(sub, forward, low, high, tier == HOST)
+        fits["backward"][tier] = _fit_tier(sub, np.maximum(step - forward, 0.0), low, high, tier == HOST, step)
+        both = fits["forward"][tier].terms + fits["backward"][tier].terms
+        fits["step"][tier] = TierFit(both, r_squared(step, design(sub, low, high) @ _coefficients(both)), len(sub))
+    model = CostModel(PassTerms(fits["forward"][HBM].terms, fits["forward"][HOST].terms),
+                      PassTerms(fits["backward"][HBM].terms, fits["backward"][HOST].terms), low, high,
+                      source="calibration")
+    return Fit(model, fits)
+
+
+def _coefficients(t: TierTerms) -> np.ndarray:
+    return np.array([t.fixed_s, *(getattr(t, f) for f in FEATURES)])
+
+
+def calibration_document(result: Fit, device_name: str, kernel: str, measured_on: str) -> dict:
+    return calibration_to_file(
+        result.model, device=device_name, kernel=kernel, measured_on=measured_on,
+        created_at=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        fit={p: {tier: {"r2": round(f.r2, 4), "configurations": f.configurations} for tier, f in tiers.items()}
+             for p, tiers in result.fits.items()})
+
+
+def device_name(device: str) -> str:
+    import torch
+
+    if device == "cpu":
+        return "cpu (loop check only: not a GPU's costs)"
+    return torch.cuda.get_device_name(torch.device(device))
+
+
+def kernel_name() -> str:
+    import torch
+
+    return f"torch {torch.__version__} embedding_bag (plain PyTorch; host rows read in place over UVA)"
+
+
+def calibrate(out: str | pathlib.Path, device: str = "cuda", budget_s: float = 180.0, host_gib: float = 8.0,
+              reps: int = 10, from_grid: str | None = None, measurements_out: str | None = None,
+              progress=print) -> Fit:
+    """Measure (or read ``from_grid``), fit, and write the calibration file atomically."""
+    from recshard_stats.atomic import write_text_atomic
+    from recshard_stats.errors import Reason, RecShardError
+
+    if from_grid is not None:
+        ms, name, kernel, where = measurements_from_grid_file(from_grid), "from grid", "as measured", str(from_grid)
+        name = _grid_device(from_grid) or name
+    else:
+        import torch
+
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise RecShardError(Reason.NO_DEVICE, "no CUDA GPU is visible to torch: calibrate measures the GPU the "
+                                "trainer will run on", fixes=("run it on the training machine",
+                                                              "--device cpu only checks the measuring loop"))
+        grid = default_grid("cpu" if device == "cpu" else "cuda", host_gib)
+        ms = measure_grid(grid, device, budget_s, reps, progress)
+        name, kernel, where = device_name(device), kernel_name(), f"{len(ms)} configurations measured"
+        if measurements_out:
+            write_text_atomic(measurements_out, "".join(json.dumps(dataclasses.asdict(m)) + "\n" for m in ms))
+    result = fit(ms)
+    progress(result.summary())
+    import yaml
+
+    document = calibration_document(result, name, kernel, where)
+    write_text_atomic(out, f"# written by `recshard calibrate`: the cost model's terms on {name}\n"
+                      + yaml.safe_dump(document, sort_keys=False))
+    progress(f"calibrate: wrote {out}; reference it from a hardware config as `calibration: {out}`")
+    return result
+
+
+def _grid_device(path) -> str | None:
+    for line in pathlib.Path(path).read_text().splitlines():
+        r = json.loads(line)
+        if r.get("kind") == "env" and r.get("name"):
+            return str(r["name"])
+    return None

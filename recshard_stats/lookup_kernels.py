@@ -1,0 +1,145 @@
+"""The trainer's embedding kernels, timed: what ``recshard calibrate`` measures and what
+``benchmarks/gpu_step_bench.py`` runs a plan's GPU share with. Plain PyTorch (numpy + torch
+only, so it runs on a GPU machine without FBGEMM, TorchRec or Spark):
+
+- a **kernel group** is one tier's tables of one GPU in one weight tensor (as FBGEMM's TBE
+  groups them): one pooled ``embedding_bag`` forward for all of its bags;
+- the **step** adds a backward shaped like a fused backward + SGD: each lookup's gradient, summed
+  per distinct row into an HBM scratch, then each distinct row read, updated and written once;
+- **tiers**: ``hbm`` weights are a CUDA tensor; ``host`` weights live in pinned host memory that
+  the kernel reads and writes in place (unified virtual addressing: the pinned buffer wrapped as
+  a CUDA tensor through ``__cuda_array_interface__``; no managed memory). On ``--device cpu``
+  both tiers are CPU tensors, so the loop runs (and is tested) without a GPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+HBM, HOST = "hbm", "host"
+LEARNING_RATE = 0.01
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    forward_s: float
+    step_s: float
+
+
+class WeightPools:
+    """One HBM and one pinned host buffer, allocated once and carved for every configuration
+    (pinning GiBs takes seconds; their contents do not change the time of a lookup)."""
+
+    def __init__(self, device: str, hbm_bytes: int, host_bytes: int):
+        import torch
+
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
+        self.hbm = torch.zeros(max(hbm_bytes // 4, 1), dtype=torch.float32, device=self.device)
+        self._host_pinned = torch.zeros(max(host_bytes // 4, 1), dtype=torch.float32, pin_memory=self.cuda)
+        self.host = _mapped(self._host_pinned) if self.cuda else self._host_pinned
+
+    def weights(self, tier: str, rows: int, dim: int):
+        pool = self.hbm if tier == HBM else self.host
+        if rows * dim > pool.numel():
+            raise ValueError(f"{tier} pool holds {pool.numel() * 4} bytes, {rows} x {dim} rows need {rows * dim * 4}")
+        return pool[: rows * dim].view(rows, dim)
+
+
+def _mapped(pinned):
+    """A CUDA tensor over pinned host memory, read and written in place by kernels (UVA)."""
+    import torch
+
+    class _Interface:
+        __cuda_array_interface__ = {"shape": tuple(pinned.shape), "typestr": "<f4",
+                                    "data": (pinned.data_ptr(), False), "version": 3, "strides": None}
+
+    mapped = torch.as_tensor(_Interface(), device="cuda")
+    mapped._keep_alive = pinned  # the mapping lives as long as the pinned buffer
+    return mapped
+
+
+@dataclasses.dataclass
+class KernelGroup:
+    """One embedding_bag call: ``ids`` (rows of ``weights``), bag ``offsets``, and the step's
+    distinct rows with each id's position among them."""
+    weights: object
+    ids: object
+    offsets: object
+    distinct: object
+    inverse: object
+    bag: object          # per id: its bag
+
+    @classmethod
+    def of(cls, weights, ids: np.ndarray, offsets: np.ndarray) -> "KernelGroup":
+        import torch
+
+        device = weights.device if weights.device.type == "cuda" else torch.device("cpu")
+        distinct, inverse = np.unique(ids, return_inverse=True)
+        as_tensor = lambda a: torch.as_tensor(np.ascontiguousarray(a, dtype=np.int64), device=device)  # noqa: E731
+        bag = np.repeat(np.arange(len(offsets)), np.diff(np.append(offsets, len(ids))))
+        return cls(weights, as_tensor(ids), as_tensor(offsets), as_tensor(distinct), as_tensor(inverse), as_tensor(bag))
+
+
+def _forward(groups: list[KernelGroup]):
+    import torch.nn.functional as F
+
+    return [F.embedding_bag(g.ids, g.weights, g.offsets, mode="sum") for g in groups]
+
+
+def _step(groups: list[KernelGroup], scratch: list) -> None:
+    outputs = _forward(groups)
+    for g, out, acc in zip(groups, outputs, scratch):
+        # d(loss)/d(output) = output (loss = |output|^2 / 2): every lookup gets its bag's gradient
+        acc.zero_()
+        acc.index_add_(0, g.inverse, out.index_select(0, g.bag))
+        rows = g.weights.index_select(0, g.distinct)
+        g.weights.index_copy_(0, g.distinct, rows - LEARNING_RATE * acc)
+
+
+def time_groups(groups: list[KernelGroup], reps: int = 10) -> Timing:
+    """Median seconds of the forward alone and of the whole step over ``reps`` runs (CUDA:
+    each captured in a CUDA graph after an eager warm-up, timed with events)."""
+    import torch
+
+    groups = [g for g in groups if len(g.offsets)]
+    if not groups:
+        return Timing(0.0, 0.0)
+    scratch = [torch.zeros(len(g.distinct), g.weights.shape[1], device=g.ids.device) for g in groups]
+    cuda = groups[0].ids.device.type == "cuda"
+    runs = {"forward": lambda: _forward(groups), "step": lambda: _step(groups, scratch)}
+    out = {}
+    for name, run in runs.items():
+        if not cuda:
+            run()
+            times = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                run()
+                times.append(time.perf_counter() - t0)
+            out[name] = float(np.median(times))
+            continue
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            run()  # eager warm-up (allocations, lazy init) off the capture
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            run()
+        graph.replay()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(reps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        out[name] = float(np.median(times))
+        del graph
+    return Timing(out["forward"], out["step"])
