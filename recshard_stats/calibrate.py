@@ -107,7 +107,12 @@ def measure_grid(grid: list[GridPoint], device: str, budget_s: float, reps: int 
         timing = time_groups([group], reps)
         out.append(Measurement(point.tier, len(ids), int(len(group.distinct)), point.dim * 4,
                                point.rows * point.dim * 4, timing.forward_s, timing.step_s))
+        del group
         if (i + 1) % 20 == 0:
+            if pools.cuda:
+                import torch
+
+                torch.cuda.empty_cache()  # the captured graphs' pools
             progress(f"calibrate: {i + 1}/{len(grid)} configurations, {time.time() - started:.0f}s")
     return out
 

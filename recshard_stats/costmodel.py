@@ -1,8 +1,9 @@
 """The one cost model (docs/design.md, "Cost model"), shared by the solver, the baselines, the
 replay of held-out data, the report and the costing of TorchRec's shards.
 
-A GPU runs one kernel group per tier (its tables' HBM rows in one, their host rows in another,
-as FBGEMM's TBE groups tables), forward and backward + update. Per batch, a tier costs
+A GPU runs a kernel group per tier and row size (its tables' HBM rows of one dim in one call,
+their host rows in another; FBGEMM's TBE groups mixed dims too, plain PyTorch cannot), forward
+and backward + update. Per batch, a tier costs
 
     fixed (once per group present)
   + lookups x (per lookup + per byte x row bytes)
@@ -121,7 +122,7 @@ class CostModel:
         return cost + (load.comm_bytes / self.comm_bandwidth if self.comm_bandwidth > 0 else 0.0)
 
     def group_seconds(self, has_hbm: bool, has_host: bool) -> float:
-        """A GPU's fixed cost: one call per pass of each kernel group it runs."""
+        """The fixed cost of a kernel group in HBM and one in host memory (one call per pass)."""
         return self.hbm.fixed_s * has_hbm + self.host.fixed_s * has_host
 
     @property
@@ -151,18 +152,21 @@ class GpuCosts:
 def placement_cost(model: CostModel, num_gpus: int, loads: Sequence[TableLoad]) -> GpuCosts:
     """Tables on GPUs -> their cost: each table's, plus each GPU's kernel groups."""
     gpu_cost = [0.0] * num_gpus
-    has_hbm, has_host = [False] * num_gpus, [False] * num_gpus
+    groups: set[tuple[int, str, float]] = set()  # (GPU, tier, row bytes): one call each
     table_cost = []
     uvm = total = 0.0
     for load in loads:
         cost = float(model.table_seconds(load))
         table_cost.append(cost)
         gpu_cost[load.gpu] += cost
-        has_hbm[load.gpu] |= load.hbm_fraction > 0
-        has_host[load.gpu] |= load.hbm_fraction < 1
+        if load.hbm_fraction > 0:
+            groups.add((load.gpu, "hbm", float(load.row_bytes)))
+        if load.hbm_fraction < 1:
+            groups.add((load.gpu, "host", float(load.row_bytes)))
         uvm += load.lookups * (1 - load.hbm_fraction)
         total += load.lookups
-    gpu_cost = [c + model.group_seconds(h, u) if h or u else c for c, h, u in zip(gpu_cost, has_hbm, has_host)]
+    for gpu, tier, _ in groups:
+        gpu_cost[gpu] += model.group_seconds(tier == "hbm", tier == "host")
     return GpuCosts(tuple(table_cost), tuple(gpu_cost), uvm / total if total else 0.0)
 
 

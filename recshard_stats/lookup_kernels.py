@@ -78,10 +78,11 @@ class KernelGroup:
         import torch
 
         device = weights.device if weights.device.type == "cuda" else torch.device("cpu")
-        distinct, inverse = np.unique(ids, return_inverse=True)
         as_tensor = lambda a: torch.as_tensor(np.ascontiguousarray(a, dtype=np.int64), device=device)  # noqa: E731
+        ids_t = as_tensor(ids)
+        distinct, inverse = torch.unique(ids_t, return_inverse=True)
         bag = np.repeat(np.arange(len(offsets)), np.diff(np.append(offsets, len(ids))))
-        return cls(weights, as_tensor(ids), as_tensor(offsets), as_tensor(distinct), as_tensor(inverse), as_tensor(bag))
+        return cls(weights, ids_t, as_tensor(offsets), distinct, inverse, as_tensor(bag))
 
 
 def _forward(groups: list[KernelGroup]):

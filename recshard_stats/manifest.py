@@ -176,6 +176,7 @@ class GpuPlacement:
     hbm_bytes_capacity: int
     predicted_cost_ms: float
     trainer_buffer_bytes: int = 0        # its tables' trainer buffers, beside the rows
+    kernel_groups_ms: float = 0.0        # the fixed cost of its kernel calls (in predicted_cost_ms)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,7 +226,7 @@ class PlanSummary:
     solver: str
     status: str                   # "optimal", "time_limit", "no_incumbent" (the MILP found no plan in time) or
     #                               "skipped" (the MILP too big to build in its time)
-    source: str                   # "milp", "local_search" or "warm_start": what gave the plan
+    source: str                   # "milp", "local_search", "kernel_groups" or "warm_start": what gave the plan
     objective_ms: float           # the shipped plan's slowest GPU, exact cost model
     lower_bound_ms: float
     gap: float
@@ -411,9 +412,10 @@ def _check_gpus(m: Manifest) -> None:
         if g.hbm_bytes_used + buffers > g.hbm_bytes_capacity:
             raise _invalid(f"{where} uses {g.hbm_bytes_used} bytes of HBM for rows and {buffers} for the trainer's "
                            f"buffers, more than its {g.hbm_bytes_capacity}")
-        cost = sum(p.predicted_cost_ms for _, p in parts)
-        if abs(g.predicted_cost_ms - cost) > _EPS * max(cost, 1e-12) + 1e-12:
-            raise _invalid(f"{where}: predicted_cost_ms {g.predicted_cost_ms}, its tables add up to {cost}")
+        cost = sum(p.predicted_cost_ms for _, p in parts) + g.kernel_groups_ms
+        if g.kernel_groups_ms < 0 or abs(g.predicted_cost_ms - cost) > _EPS * max(cost, 1e-12) + 1e-12:
+            raise _invalid(f"{where}: predicted_cost_ms {g.predicted_cost_ms}, its tables and kernel calls "
+                           f"({g.kernel_groups_ms} ms) add up to {cost}")
 
 
 def _check_plan(m: Manifest) -> None:

@@ -55,7 +55,10 @@ def build_manifest(outcome: Outcome, problem: Problem, model: ModelConfig, hardw
     gpus = tuple(GpuPlacement(rank=g, tables=tuple(t.name for t in tables if g in t.ranks),
                               hbm_bytes_used=int(best.gpu_hbm_bytes[g]), hbm_bytes_capacity=int(problem.hbm_capacity),
                               predicted_cost_ms=best.gpu_cost[g] * _MS,
-                              trainer_buffer_bytes=best.gpu_buffer_bytes[g]) for g in range(problem.num_gpus))
+                              trainer_buffer_bytes=best.gpu_buffer_bytes[g],
+                              kernel_groups_ms=max(0.0, best.gpu_cost[g] - sum(
+                                  c for c, h in zip(best.table_cost, best.plan.gpu) if h == g)) * _MS)
+                 for g in range(problem.num_gpus))
     milp = outcome.milp
     plan = PlanSummary(
         solver=options.solver, status=milp.status, source=outcome.source, objective_ms=best.max_cost * _MS,

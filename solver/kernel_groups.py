@@ -1,0 +1,135 @@
+"""Kernel-group-aware polishing (docs/design.md, "Kernel calls").
+
+Each kernel call a GPU makes (one per tier and row size, forward and backward) has a fixed cost
+that the water-fill, the local search and the MILP leave out: for them it is a constant per GPU,
+which it is only when every GPU runs every group. At small batches the calls can set the step
+time (the H200 calibration: ~70 us per HBM call and ~80 us per host call, against a few us of
+lookups at batch 2048), so the plan is rearranged with them counted, by the exact cost of
+:func:`recshard_stats.costmodel.placement_cost`:
+
+- per GPU, an HBM group whose rows save less than its calls is emptied (its HBM goes to the
+  GPU's other tables), and a host group whose tables fit in what HBM is left is moved in whole;
+- tables move, and swap, off the slowest GPU.
+
+Column shards keep their GPU and rows (their siblings' GPUs depend on them).
+"""
+
+from __future__ import annotations
+
+import time
+
+from recshard_stats.costmodel import placement_cost
+from recshard_stats.solver.plan import Plan
+from recshard_stats.solver.problem import Problem
+from recshard_stats.solver.waterfill import split
+
+_REL = 1e-9  # a change must gain this share of a cost
+
+
+def has_fixed_costs(problem: Problem) -> bool:
+    costs = problem.hardware.costs
+    return costs.hbm.fixed_s > 0 or costs.host.fixed_s > 0
+
+
+class GpuCosts:
+    """The exact cost of any set of tables on one GPU, their rows chosen with the calls counted."""
+
+    def __init__(self, problem: Problem, pinned: dict[int, int]):
+        self.problem = problem
+        self.pinned = pinned     # entries whose rows stay as given (column shards)
+        self.model = problem.hardware.costs
+
+    def cost(self, tables: list[int], rows: dict[int, int]) -> float:
+        p = self.problem
+        loads = [p.load(p.tables[j], rows[j], p.comm_bytes[j]) for j in tables]
+        return placement_cost(self.model, 1, loads).max_cost if loads else 0.0
+
+    def _split(self, tables: list[int], capacity: float, empty: set[int], full: set[int]) -> dict[int, int] | None:
+        p = self.problem
+        rows = {j: self.pinned[j] for j in tables if j in self.pinned}
+        rows.update({j: 0 for j in empty})
+        rows.update({j: p.tables[j].hash_size for j in full})
+        left = capacity - sum(rows[j] * p.tables[j].row_bytes for j in rows)
+        if left < 0 and any(rows.values()):
+            return None
+        rows.update(split(p, [j for j in tables if j not in rows], left))
+        return rows
+
+    def best(self, tables: list[int]) -> tuple[float, dict[int, int]]:
+        """(cost, rows) of ``tables`` on one GPU: the water-fill, then groups emptied or filled
+        while that lowers the cost (inf when their buffers or pinned rows do not fit)."""
+        p = self.problem
+        capacity = p.rows_capacity(tables)
+        if capacity < 0:
+            return float("inf"), {}
+        empty: set[int] = set()
+        full: set[int] = set()
+        rows = self._split(tables, capacity, empty, full)
+        if rows is None:
+            return float("inf"), {}
+        cost = self.cost(tables, rows)
+        free = [j for j in tables if j not in self.pinned]
+        sizes = sorted({p.tables[j].row_bytes for j in free})
+        improved = True
+        while improved:
+            improved = False
+            for rb in sizes:
+                group = {j for j in free if p.tables[j].row_bytes == rb}
+                for trial_empty, trial_full in ((empty | {j for j in group if rows[j] > 0}, full - group),
+                                                (empty - group, full | {j for j in group if rows[j] < p.tables[j].hash_size})):
+                    if (trial_empty, trial_full) == (empty, full):
+                        continue
+                    trial = self._split(tables, capacity, trial_empty, trial_full)
+                    if trial is None:
+                        continue
+                    c = self.cost(tables, trial)
+                    if c < cost * (1 - _REL):
+                        cost, rows, empty, full, improved = c, trial, trial_empty, trial_full, True
+        return cost, rows
+
+
+def refine(problem: Problem, plan: Plan, time_s: float, name: str | None = None) -> Plan:
+    """``plan`` polished with the kernel calls counted: moves and swaps off the slowest GPU,
+    each GPU's rows by :meth:`GpuCosts.best`, until nothing helps or ``time_s`` is spent."""
+    deadline = time.time() + time_s
+    shards = {j for group in problem.shard_groups for j in group}
+    model = GpuCosts(problem, {j: plan.rows_hbm[j] for j in shards})
+    gpu = list(plan.gpu)
+    on = [[j for j, g in enumerate(gpu) if g == h] for h in range(problem.num_gpus)]
+    states = [model.best(tables) for tables in on]
+    siblings = problem.siblings
+
+    def allowed(j: int, h: int, leaving: int | None = None) -> bool:
+        return all(gpu[s] != h or s == leaving for s in siblings[j])
+
+    while time.time() < deadline:
+        worst = max(range(problem.num_gpus), key=lambda h: states[h][0])
+        peak = states[worst][0]
+        best = None
+        for j in on[worst]:
+            if j in shards:
+                continue
+            rest = [k for k in on[worst] if k != j]
+            for h in range(problem.num_gpus):
+                if h == worst or not allowed(j, h) or time.time() > deadline:
+                    continue
+                moves = [(None, rest, on[h] + [j])]
+                moves += [(k, rest + [k], [x for x in on[h] if x != k] + [j]) for k in on[h]
+                          if k not in shards and allowed(k, worst, j)]
+                for k, mine, theirs in moves:
+                    a, b = model.best(mine), model.best(theirs)
+                    new_peak = max(a[0], b[0])
+                    if new_peak < peak * (1 - _REL) and (best is None or new_peak < best[0]):
+                        best = (new_peak, j, k, h, a, b, mine, theirs)
+        if best is None:
+            break
+        _, j, k, h, a, b, mine, theirs = best
+        gpu[j] = h
+        if k is not None:
+            gpu[k] = worst
+        on[worst], on[h], states[worst], states[h] = mine, theirs, a, b
+    rows = list(plan.rows_hbm)
+    for state in states:
+        for j, r in state[1].items():
+            rows[j] = r
+    return Plan(name or plan.name, tuple(gpu), tuple(rows))

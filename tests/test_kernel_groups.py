@@ -1,0 +1,73 @@
+"""Kernel-group-aware polishing (solver/kernel_groups.py): with a fixed cost per kernel call, tables
+of one row size gather on a GPU and a tier whose rows save less than its call is emptied;
+checked against every assignment enumerated and against the exact cost model."""
+
+import dataclasses
+import itertools
+
+import pytest
+
+from recshard_stats.costmodel import CostModel, PassTerms, TierTerms
+from recshard_stats.options import SolveOptions
+from recshard_stats.solver.kernel_groups import GpuCosts, refine
+from recshard_stats.solver.plan import Plan, cost_plan, violations
+from recshard_stats.solver.problem import Problem
+from recshard_stats.solver.solve import polish, solve_problem
+from tests.test_solver import hardware, random_problem, table
+
+CALLS = CostModel(PassTerms(TierTerms(fixed_s=50e-6, byte_s=1e-12), TierTerms(fixed_s=60e-6, byte_s=40e-12)))
+
+
+def test_calls_gather_tables_of_one_row_size_on_a_gpu():
+    """Four small tables (two of 16 columns, two of 64) on two GPUs with room for all of them in
+    HBM: each GPU pays one call per row size it holds, so the optimum puts the two 16-column
+    tables on one GPU and the 64-column ones on the other."""
+    tables = tuple(table(f"t{i}", [3, 1], [5, 10], 20, dim, accesses=1000.0) for i, dim in enumerate((16, 64, 16, 64)))
+    hw = dataclasses.replace(hardware(num_gpus=2, hbm_bytes_per_gpu=10**6, host_bytes=10**9), cost_model=CALLS)
+    problem = Problem(tables, hw)
+    alternating = polish(problem, Plan("p", (0, 0, 1, 1), (0,) * 4))
+    refined = refine(problem, alternating, 10.0)
+    gpus = {g: sorted(problem.tables[j].dim for j in range(4) if refined.gpu[j] == g) for g in (0, 1)}
+    assert sorted(gpus.values()) == [[16, 16], [64, 64]]
+    assert cost_plan(problem, refined).max_cost < cost_plan(problem, alternating).max_cost
+    # all in HBM: one call of 50 us per GPU and pass, plus the bytes
+    assert cost_plan(problem, refined).max_cost == pytest.approx(50e-6 + 2 * 1000 * 64 * 1e-12, rel=1e-9)
+
+
+def test_an_hbm_tier_that_saves_less_than_its_call_is_emptied():
+    """A table whose few HBM rows save 2 us while the HBM call costs 50 us: all of it in host
+    memory is cheaper, though the water-fill puts its hottest rows in HBM."""
+    t = table("t", [10, 1], [1, 1000], 100_000, 16, accesses=200.0)
+    hw = dataclasses.replace(hardware(num_gpus=1, hbm_bytes_per_gpu=16 * 10, host_bytes=10**9), cost_model=CALLS)
+    problem = Problem((t,), hw)
+    filled = polish(problem, Plan("p", (0,), (0,)))
+    assert filled.rows_hbm[0] > 0
+    cost, rows = GpuCosts(problem, {}).best([0])
+    assert rows[0] == 0
+    assert cost == pytest.approx(cost_plan(problem, Plan("p", (0,), (0,))).max_cost, rel=1e-12)
+    assert cost < cost_plan(problem, filled).max_cost
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_refine_matches_every_assignment_enumerated(seed):
+    """Six tables on three GPUs: the refined plan is never worse than where it started, is valid,
+    and is within 2% of the best of all 243 assignments, each GPU's rows chosen alike."""
+    base = random_problem(6, 3, seed=seed, hbm_share=0.2)
+    problem = dataclasses.replace(base, hardware=dataclasses.replace(base.hardware, cost_model=CALLS))
+    oracle = GpuCosts(problem, {})
+    best = min(max(oracle.best([j for j in range(6) if gpu[j] == g])[0] for g in range(3))
+               for gpu in itertools.product(range(3), repeat=6) if gpu[0] == 0)
+    start = polish(problem, Plan("p", tuple(j % 3 for j in range(6)), (0,) * 6))
+    refined = refine(problem, start, 20.0)
+    assert not violations(problem, refined)
+    cost = cost_plan(problem, refined).max_cost
+    assert cost <= cost_plan(problem, start).max_cost * (1 + 1e-12)
+    assert best <= cost * (1 + 1e-9) and cost <= best * 1.02
+
+
+def test_the_solve_never_ships_a_plan_worse_than_a_whole_table_baseline_with_calls_counted():
+    base = random_problem(20, 4, seed=9, hbm_share=0.1)
+    problem = dataclasses.replace(base, hardware=dataclasses.replace(base.hardware, cost_model=CALLS))
+    outcome = solve_problem(problem, SolveOptions(solver="cbc", time_limit_s=20, torchrec_baselines=False))
+    assert all(outcome.best.max_cost <= b.max_cost * (1 + 1e-9) for b in outcome.baselines)
+    assert outcome.lower_bound <= outcome.best.max_cost
