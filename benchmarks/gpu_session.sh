@@ -28,5 +28,8 @@ print("selfcheck ok:", torch.__version__, torch.cuda.get_device_name(), t)
 PY
 python3 -m recshard_stats.cli calibrate --out "$OUT/h200.yaml" --budget-s "${CAL_BUDGET:-150}" --host-gib 8 \
     --measurements "$OUT/calibration_measurements.jsonl" 2>&1 | tee "$OUT/calibrate.log"
-python3 benchmarks/gpu_step_bench.py measure --inputs "${INPUTS:-bench_inputs}" --out "$OUT/step_results.jsonl" \
-    --budget-s "${BENCH_BUDGET:-300}" 2>&1 | tee "$OUT/measure.log"
+# REPEAT runs of every share (default 2): their spread is the measurement's own noise
+for run in $(seq 1 "${REPEAT:-2}"); do
+  python3 benchmarks/gpu_step_bench.py measure --inputs "${INPUTS:-bench_inputs}" --out "$OUT/step_results_$run.jsonl" \
+      --budget-s "${BENCH_BUDGET:-300}" 2>&1 | tee "$OUT/measure_$run.log"
+done

@@ -47,7 +47,8 @@ from recshard_stats.solver.solve import place_shards, solve_problem
 from recshard_stats.solver.waterfill import lower_bound
 
 
-def instance(stats_path: str, num_tables: int, num_gpus: int, pressure: float, seed: int) -> Problem:
+def instance(stats_path: str, num_tables: int, num_gpus: int, pressure: float, seed: int,
+             calibration: str | None = None) -> Problem:
     stats = load_stats(stats_path)
     profiled = [r for r in stats.rows("tables") if r["total_accesses"] > 0]
     rng = np.random.default_rng(seed)
@@ -64,6 +65,11 @@ def instance(stats_path: str, num_tables: int, num_gpus: int, pressure: float, s
     hw = HardwareConfig(num_gpus=num_gpus, hbm_bytes_per_gpu=int(total / pressure / num_gpus),
                         hbm_reserved_fraction=0.0, host_bytes=int(total * 2), hbm_bandwidth=897e9,
                         uvm_bandwidth=32e9, batch_size=65536, bytes_per_element=4, optimizer_state_multiplier=1.0)
+    if calibration:  # the measured cost model instead of the two bandwidths
+        from recshard_stats.config import read_config_file
+        from recshard_stats.costmodel import calibration_from_file
+
+        hw = dataclasses.replace(hw, cost_model=calibration_from_file(read_config_file(calibration), calibration))
     return Problem(tuple(tables), hw)
 
 
@@ -82,6 +88,8 @@ def main() -> None:
     parser.add_argument("--pressure", type=float, default=5.0, help="total table bytes / total HBM")
     parser.add_argument("--model", default="conf/synthetic.yaml", help="with --sizes example: the model config")
     parser.add_argument("--hardware", default="conf/hardware_example.yaml", help="with --sizes example")
+    parser.add_argument("--calibration", default=None,
+                        help="a `recshard calibrate` file: the NxG instances use its cost model (default: v1 bandwidths)")
     parser.add_argument("--no-torchrec", action="store_true", help="skip TorchRec's planner even if installed")
     parser.add_argument("--torchrec-timeout", type=int, default=300,
                         help="TorchRec's planning time limit per variant, seconds (it keeps its best plan)")
@@ -95,7 +103,7 @@ def main() -> None:
                                         load_hardware_config(args.hardware))
             else:
                 n, g = (int(x) for x in size.split("x"))
-                problem = instance(args.stats, n, g, args.pressure, seed)
+                problem = instance(args.stats, n, g, args.pressure, seed, args.calibration)
             total = sum(t.size_bytes for t in problem.tables)
             print(f"\n== {size}, seed {seed}: {len(problem.tables)} tables x {problem.num_gpus} GPUs, table bytes "
                   f"{total / (problem.hbm_capacity * problem.num_gpus):.1f}x usable HBM "
