@@ -251,12 +251,14 @@ def predicted_share_ms(sc: Scenario, plan: dict, gpu: int, model) -> float:
 
     loads = []
     for (tier, cols), parts in sc.share(plan, gpu).items():
-        for size, ids, _, part in parts:
+        for size, ids, offsets, part in parts:
             t = sc.tables[part["table"]]
             row_bytes = t["row_bytes"] * cols / t["dim"]
             distinct = len(np.unique(ids))
+            bags = float(len(offsets))
             loads.append(TableLoad(0, len(ids), 1.0 if tier == HBM else 0.0, distinct if tier == HBM else 0.0,
-                                   0.0 if tier == HBM else distinct, row_bytes, size * row_bytes))
+                                   0.0 if tier == HBM else distinct, row_bytes, size * row_bytes,
+                                   bags_hbm=bags if tier == HBM else 0.0, bags_host=0.0 if tier == HBM else bags))
     return placement_cost(model, 1, loads).max_cost * 1e3 if loads else 0.0
 
 

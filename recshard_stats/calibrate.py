@@ -28,7 +28,7 @@ from recshard_stats.lookup_kernels import HBM, HOST
 log = logging.getLogger(__name__)
 GIB = 2 ** 30
 # the fitted terms, in the order of the design matrix's columns after the constant
-FEATURES = ("lookup_s", "byte_s", "distinct_s", "distinct_byte_s", "span_distinct_s")
+FEATURES = ("lookup_s", "byte_s", "distinct_s", "distinct_byte_s", "span_distinct_s", "bag_s", "bag_byte_s")
 MIN_SECONDS = 1e-6   # a floor for the fit's relative weights
 
 
@@ -42,6 +42,7 @@ class Measurement:
     span_bytes: int
     forward_s: float
     step_s: float
+    bags: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +53,7 @@ class GridPoint:
     batch: int
     pooling: int
     dist: str
+    empty_share: float = 0.0   # share of the bags left empty (a split table's other tier has many)
 
 
 def default_grid(device: str, host_gib: float) -> list[GridPoint]:
@@ -63,15 +65,17 @@ def default_grid(device: str, host_gib: float) -> list[GridPoint]:
     else:
         dims, batches, pools = (16, 64, 256), (2048, 16384, 65536), (1, 10)
         spans = tuple(s for s in (2 ** 26, 2 ** 28, 2 ** 30, 2 ** 31, 2 ** 32, 2 ** 33) if s <= host_gib * GIB)
-    grid = [GridPoint(tier, dim, span // (4 * dim), batch, pf, dist)
-            for tier, dim, span, batch, pf, dist in itertools.product(
-                (HBM, HOST), dims, spans, batches, pools, ("uniform", "zipf"))]
+    # bags of one id, of ten, and of one id with 7 in 8 bags empty: bags apart from lookups
+    shapes = [(pf, 0.0) for pf in pools] + [(1, 0.875)]
+    grid = [GridPoint(tier, dim, span // (4 * dim), batch, pf, dist, empty)
+            for tier, dim, span, batch, (pf, empty), dist in itertools.product(
+                (HBM, HOST), dims, spans, batches, shapes, ("uniform", "zipf"))]
     # a sweep cut short by the budget still covers every tier, size and batch
     return [grid[i] for i in np.random.default_rng(0).permutation(len(grid))]
 
 
 def draw_ids(point: GridPoint, rng: np.random.Generator) -> np.ndarray:
-    n = point.batch * point.pooling
+    n = point.batch * point.pooling - int(point.batch * point.empty_share) * point.pooling
     if point.dist == "uniform":
         return rng.integers(0, point.rows, n)
     # Zipf over ranks (P(rank k) ~ 1/k), hot rows scattered over the table by a multiplicative hash
@@ -102,11 +106,13 @@ def measure_grid(grid: list[GridPoint], device: str, budget_s: float, reps: int 
             progress(f"calibrate: budget of {budget_s:.0f}s spent after {i} of {len(grid)} configurations")
             break
         ids = draw_ids(point, rng)
-        offsets = np.arange(0, len(ids), point.pooling)
+        lengths = np.full(point.batch, point.pooling)
+        lengths[rng.permutation(point.batch)[: int(point.batch * point.empty_share)]] = 0
+        offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
         group = KernelGroup.of(pools.weights(point.tier, point.rows, point.dim), ids, offsets)
         timing = time_groups([group], reps)
         out.append(Measurement(point.tier, len(ids), int(len(group.distinct)), point.dim * 4,
-                               point.rows * point.dim * 4, timing.forward_s, timing.step_s))
+                               point.rows * point.dim * 4, timing.forward_s, timing.step_s, point.batch))
         del group
         if (i + 1) % 20 == 0:
             if pools.cuda:
@@ -126,18 +132,20 @@ def measurements_from_grid_file(path: str | pathlib.Path) -> list[Measurement]:
             continue
         row_bytes = r["bytes"] // r["lookups"]
         out.append(Measurement(HBM if r["tier"] == "hbm" else HOST, r["lookups"], r["unique"], row_bytes,
-                               r["rows"] * row_bytes, r["fwd"]["ms"] / 1e3, r["full"]["ms"] / 1e3))
+                               r["rows"] * row_bytes, r["fwd"]["ms"] / 1e3, r["full"]["ms"] / 1e3, r["batch"]))
     return out
 
 
 def design(ms: list[Measurement], low: float, high: float) -> np.ndarray:
-    """Columns: 1, lookups, bytes looked up, distinct rows, their bytes, distinct rows x span ramp."""
+    """Columns: 1, lookups, bytes looked up, distinct rows, their bytes, distinct rows x span ramp,
+    bags, their output bytes."""
     ramp = CostModel(PassTerms(), span_low_bytes=low, span_high_bytes=high).span_ramp([m.span_bytes for m in ms])
     lookups = np.array([m.lookups for m in ms], dtype=np.float64)
     distinct = np.array([m.distinct for m in ms], dtype=np.float64)
     row_bytes = np.array([m.row_bytes for m in ms], dtype=np.float64)
+    bags = np.array([m.bags for m in ms], dtype=np.float64)
     return np.column_stack([np.ones(len(ms)), lookups, lookups * row_bytes, distinct, distinct * row_bytes,
-                            distinct * ramp])
+                            distinct * ramp, bags, bags * row_bytes])
 
 
 def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -190,7 +198,8 @@ class Fit:
                 lines.append(f"{p:<9} {tier:<5} {fit.r2:>7.4f} {fit.configurations:>8}  fixed {t.fixed_s * 1e6:.2f} us, "
                              f"lookup {t.lookup_s * 1e9:.3f} ns + {t.byte_s * 1e12:.3f} ps/B, distinct row "
                              f"{t.distinct_s * 1e9:.3f} ns + {t.distinct_byte_s * 1e12:.3f} ps/B "
-                             f"+ {t.span_distinct_s * 1e9:.3f} ns x span ramp")
+                             f"+ {t.span_distinct_s * 1e9:.3f} ns x span ramp, bag {t.bag_s * 1e9:.3f} ns "
+                             f"+ {t.bag_byte_s * 1e12:.3f} ps/B")
         lines.append(f"host span ramp: {self.model.span_low_bytes / GIB:g} GiB -> {self.model.span_high_bytes / GIB:g} GiB")
         return "\n".join(lines)
 

@@ -8,6 +8,7 @@ and backward + update. Per batch, a tier costs
     fixed (once per group present)
   + lookups x (per lookup + per byte x row bytes)
   + distinct rows x (per distinct row + per byte x row bytes + per distinct host row x ramp(span))
+  + bags x (per bag + per byte x row bytes)       (its pooled output rows, empty bags too)
 
 where ``ramp(span)`` rises from 0 to 1 (in log2) as the table's bytes in host memory grow from
 ``span_low_bytes`` to ``span_high_bytes``: a host row of a table larger than ~1 GiB costs a
@@ -45,6 +46,8 @@ class TierTerms:
     distinct_s: float = 0.0
     distinct_byte_s: float = 0.0
     span_distinct_s: float = 0.0
+    bag_s: float = 0.0             # per bag (a sample's ids of one feature), empty or not
+    bag_byte_s: float = 0.0        # per byte of a bag's pooled output row
 
     def __add__(self, other: "TierTerms") -> "TierTerms":
         return TierTerms(*(getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self)))
@@ -54,6 +57,9 @@ class TierTerms:
 
     def per_distinct(self, row_bytes, ramp):
         return self.distinct_s + self.distinct_byte_s * row_bytes + self.span_distinct_s * ramp
+
+    def per_bag(self, row_bytes):
+        return self.bag_s + self.bag_byte_s * row_bytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +81,8 @@ class TableLoad:
     row_bytes: float
     host_span_bytes: float         # the table's size, for the host per-row ramp
     comm_bytes: float = 0.0        # ids in + pooled outputs out over the GPUs' links
+    bags_hbm: float = 0.0          # bags its HBM part runs (one per sample and feature)
+    bags_host: float = 0.0         # ... and its host part (a split table runs both)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,7 +126,8 @@ class CostModel:
         """Seconds per batch of one table's lookups on its GPU (the groups' fixed costs apart)."""
         lookup_hbm, lookup_host, distinct_hbm, distinct_host = self.unit_costs(load.row_bytes, load.host_span_bytes)
         cost = (load.lookups * (load.hbm_fraction * lookup_hbm + (1.0 - load.hbm_fraction) * lookup_host)
-                + load.distinct_hbm * distinct_hbm + load.distinct_host * distinct_host)
+                + load.distinct_hbm * distinct_hbm + load.distinct_host * distinct_host
+                + load.bags_hbm * self.hbm.per_bag(load.row_bytes) + load.bags_host * self.host.per_bag(load.row_bytes))
         return cost + (load.comm_bytes / self.comm_bandwidth if self.comm_bandwidth > 0 else 0.0)
 
     def group_seconds(self, has_hbm: bool, has_host: bool) -> float:
@@ -186,12 +195,13 @@ _LOOKUP_SHARE = {"row_wise": "rows", "table_row_wise": "rows", "grid_shard": "ro
 
 
 def shard_cost(model: CostModel, num_gpus: int, shards, tables, accesses_per_batch: Sequence[float],
-               tier_share: Callable[[int, float], TierShare], comm_bytes: Sequence[float]) -> GpuCosts:
+               tier_share: Callable[[int, float], TierShare], comm_bytes: Sequence[float],
+               bags: Sequence[float]) -> GpuCosts:
     """A TorchRec plan's shards (``recshard_stats.manifest.TorchRecShard``) costed in this model.
     ``tables``: name, hash_size, dim and row_bytes of each table; ``tier_share(j, rows)``: table j's
     traffic with its ``rows`` hottest rows in HBM. A ``fused`` shard is served from HBM,
     ``fused_uvm`` from UVM, ``fused_uvm_caching`` from a cache of its load factor taken to hold the
-    hottest rows."""
+    hottest rows. ``bags``: per table, the bags of a batch (samples x features)."""
     from recshard_stats.export import FUSED_UVM, FUSED_UVM_CACHING
 
     index = {t.name: j for j, t in enumerate(tables)}
@@ -207,19 +217,23 @@ def shard_cost(model: CostModel, num_gpus: int, shards, tables, accesses_per_bat
         else:
             tiers = TierShare(1.0, whole.distinct, whole.distinct)
         share = {"rows": s.rows / t.hash_size, "ranks": 1.0 / num_gpus}.get(_LOOKUP_SHARE.get(s.sharding_type), 1.0)
+        samples = 1.0 / num_gpus if s.sharding_type == "data_parallel" else 1.0  # a row shard runs every bag
         cols = s.cols / t.dim
         loads.append(TableLoad(
             gpu=s.rank, lookups=accesses_per_batch[j] * share, hbm_fraction=tiers.hbm_fraction,
             distinct_hbm=tiers.distinct_hbm * share, distinct_host=(tiers.distinct - tiers.distinct_hbm) * share,
             row_bytes=t.row_bytes * cols, host_span_bytes=t.hash_size * share * t.row_bytes * cols,
-            comm_bytes=comm_bytes[j] * (share if share < 1 else cols)))
+            comm_bytes=comm_bytes[j] * (share if share < 1 else cols),
+            bags_hbm=bags[j] * samples if tiers.hbm_fraction > 0 else 0.0,
+            bags_host=bags[j] * samples if tiers.hbm_fraction < 1 else 0.0))
     return placement_cost(model, num_gpus, loads)
 
 
 # the calibration file's units (readable numbers): seconds per unit of each term
 _FILE_UNITS = {"fixed_s": ("fixed_us", 1e-6), "lookup_s": ("lookup_ns", 1e-9), "byte_s": ("byte_ps", 1e-12),
                "distinct_s": ("distinct_ns", 1e-9), "distinct_byte_s": ("distinct_byte_ps", 1e-12),
-               "span_distinct_s": ("span_distinct_ns", 1e-9)}
+               "span_distinct_s": ("span_distinct_ns", 1e-9), "bag_s": ("bag_ns", 1e-9),
+               "bag_byte_s": ("bag_byte_ps", 1e-12)}
 CALIBRATION_KIND = "recshard_calibration"
 
 

@@ -137,15 +137,19 @@ def summarize(manifest: Manifest, hits: dict[tuple[str, str], dict], num_samples
         accesses_per_batch=a, predicted_accesses_per_batch=t.accesses_per_batch)
         for t, h, a, f in zip(manifest.tables, measured, accesses, fractions))
 
-    def load(j: int, gpu: int, hbm_fraction: float, distinct_hbm: float, share: float = 1.0) -> TableLoad:
+    def load(j: int, gpu: int, hbm_fraction: float, distinct_hbm: float, share: float = 1.0,
+             rows_hbm: int | None = None) -> TableLoad:
         t = manifest.tables[j]  # share: of the table's columns (a column shard)
+        rows = (t.hash_size if hbm_fraction >= 1 else 0) if rows_hbm is None else rows_hbm
+        bags = float(batch * len(t.features))
         return TableLoad(gpu, accesses[j], hbm_fraction, distinct_hbm, distinct[j] - distinct_hbm, t.row_bytes * share,
                          t.hash_size * t.row_bytes * share,
-                         hw.comm_bytes(accesses[j] / batch, len(t.features), t.dim * share))
+                         hw.comm_bytes(accesses[j] / batch, len(t.features), t.dim * share),
+                         bags * (rows > 0), bags * (rows < t.hash_size))
 
     # a table cut column-wise costs on each shard's GPU its share of the columns' bytes
     by_part = placement_cost(model, manifest.num_gpus, [
-        load(j, p.gpu, fractions[j], measured[j]["hbm_distinct"], p.share)
+        load(j, p.gpu, fractions[j], measured[j]["hbm_distinct"], p.share, t.rows_hbm)
         for j, t in enumerate(manifest.tables) for p in t.gpu_parts])
     # ... and serves each lookup of the table once
     uvm = sum(a * (1 - f) for a, f in zip(accesses, fractions)) / sum(accesses) if sum(accesses) else 0.0
@@ -172,7 +176,8 @@ def summarize(manifest: Manifest, hits: dict[tuple[str, str], dict], num_samples
             h = hits.get((name, manifest.tables[j].name), none)
             return TierShare(fraction(name, manifest.tables[j].name), h["hbm_distinct"], distinct[j])
 
-        shards = shard_cost(model, manifest.num_gpus, tp.shards, manifest.tables, accesses, tier_share, comm)
+        shards = shard_cost(model, manifest.num_gpus, tp.shards, manifest.tables, accesses, tier_share, comm,
+                            [batch * len(t.features) for t in manifest.tables])
         plans[tp.name] = _replayed(shards, tp.max_cost_ms, tp.uvm_access_fraction, recshard.max_cost_ms)
     return Evaluation(num_samples=num_samples, plans=plans, tables=tables, manifest=manifest_path,
                       logs=tuple(logs), ds=manifest.ds)

@@ -318,7 +318,8 @@ def cost_torchrec_plan(problem: Problem, shards) -> GpuCosts:
         return TierShare(float(t.hbm_fraction(rows)), float(t.distinct_rows(rows)), t.distinct_per_batch)
 
     return shard_cost(problem.hardware.costs, problem.num_gpus, shards, problem.tables,
-                      [t.accesses_per_batch for t in problem.tables], tier_share, problem.comm_bytes)
+                      [t.accesses_per_batch for t in problem.tables], tier_share, problem.comm_bytes,
+                      [problem.hardware.batch_size * len(t.features) for t in problem.tables])
 
 
 def _collection(problem: Problem) -> EmbeddingBagCollection:

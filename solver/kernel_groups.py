@@ -9,6 +9,7 @@ lookups at batch 2048), so the plan is rearranged with them counted, by the exac
 
 - per GPU, an HBM group whose rows save less than its calls is emptied (its HBM goes to the
   GPU's other tables), and a host group whose tables fit in what HBM is left is moved in whole;
+  a split table, which runs its bags in both tiers, is tried whole in each;
 - tables move, and swap, off the slowest GPU.
 
 Column shards keep their GPU and rows (their siblings' GPUs depend on them).
@@ -85,6 +86,18 @@ class GpuCosts:
                     c = self.cost(tables, trial)
                     if c < cost * (1 - _REL):
                         cost, rows, empty, full, improved = c, trial, trial_empty, trial_full, True
+            # a split table runs its bags in both tiers: whole in one may be cheaper
+            for j in free:
+                if not 0 < rows[j] < p.tables[j].hash_size:
+                    continue
+                for trial_empty, trial_full in ((empty | {j}, full - {j}), (empty - {j}, full | {j})):
+                    trial = self._split(tables, capacity, trial_empty, trial_full)
+                    if trial is None:
+                        continue
+                    c = self.cost(tables, trial)
+                    if c < cost * (1 - _REL):
+                        cost, rows, empty, full, improved = c, trial, trial_empty, trial_full, True
+                        break
         return cost, rows
 
 

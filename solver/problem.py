@@ -206,15 +206,29 @@ class Problem:
         hw = self.hardware
         return tuple(hw.comm_bytes(t.accesses_per_batch / hw.batch_size, len(t.features), t.dim) for t in self.tables)
 
-    def load(self, table: TableDemand, rows_hbm, comm_bytes: float = 0.0, gpu: int = 0) -> TableLoad:
-        """A table (or column shard) with its rows_hbm hottest rows in HBM, as the cost model sees it."""
+    def load(self, table: TableDemand, rows_hbm, comm_bytes: float = 0.0, gpu: int = 0,
+             linear: bool = False) -> TableLoad:
+        """A table (or column shard) with its rows_hbm hottest rows in HBM, as the cost model sees it:
+        its bags run in each tier it has rows in (a split table in both). ``linear``: the solver's
+        view, every table's bags in its cheaper tier only (a constant: the cost stays linear in the
+        rows and never above the exact one; the kernel-call polish counts the rest)."""
         distinct_hbm = table.distinct_rows(rows_hbm)
+        bags = float(self.hardware.batch_size * len(table.features))
+        if linear:
+            costs = self.hardware.costs
+            cheaper_in_hbm = costs.hbm.per_bag(table.row_bytes) <= costs.host.per_bag(table.row_bytes)
+            bags_hbm, bags_host = (bags, 0.0) if cheaper_in_hbm else (0.0, bags)
+        else:
+            rows = np.asarray(rows_hbm)
+            bags_hbm, bags_host = bags * (rows > 0), bags * (rows < table.hash_size)
         return TableLoad(gpu, table.accesses_per_batch, table.hbm_fraction(rows_hbm), distinct_hbm,
-                         table.distinct_per_batch - distinct_hbm, table.row_bytes, table.size_bytes, comm_bytes)
+                         table.distinct_per_batch - distinct_hbm, table.row_bytes, table.size_bytes, comm_bytes,
+                         bags_hbm, bags_host)
 
     def demand_cost(self, table: TableDemand, rows_hbm, comm_bytes: float = 0.0):
-        """Per-batch seconds of a table (or column shard) with its rows_hbm hottest rows in HBM."""
-        return self.hardware.costs.table_seconds(self.load(table, rows_hbm, comm_bytes))
+        """The solver's per-batch seconds of a table (or column shard) with its rows_hbm hottest
+        rows in HBM (:meth:`load` with ``linear``)."""
+        return self.hardware.costs.table_seconds(self.load(table, rows_hbm, comm_bytes, linear=True))
 
     def table_cost(self, j: int, rows_hbm) -> float:
         """The cost model: per-batch seconds of table j with its rows_hbm hottest rows in HBM."""
