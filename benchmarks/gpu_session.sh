@@ -3,7 +3,8 @@
 # pyyaml (no Spark, TorchRec or FBGEMM needed): a self-check of the host-memory mapping, then
 # `recshard calibrate`, then every prepared share of benchmarks/gpu_step_bench.py. Results go to
 # $OUT (default gpu_out/) as they come, so a run cut short keeps what it measured.
-#   INPUTS=bench_inputs CAL_BUDGET=150 BENCH_BUDGET=300 benchmarks/gpu_session.sh
+#   INPUTS=bench_inputs CAL_BUDGET=150 BENCH_BUDGET=300 REPEAT=2 benchmarks/gpu_session.sh
+#   CALIBRATE=0 ... skips the calibration (plans solved under a calibration measured before)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu_out}
@@ -26,8 +27,10 @@ host_view = pools._host_pinned[:16000].view(1000, 16)
 assert float(host_view[0, 0]) != 1.0, "the step did not write the host rows in place"
 print("selfcheck ok:", torch.__version__, torch.cuda.get_device_name(), t)
 PY
-python3 -m recshard_stats.cli calibrate --out "$OUT/h200.yaml" --budget-s "${CAL_BUDGET:-150}" --host-gib 8 \
-    --measurements "$OUT/calibration_measurements.jsonl" 2>&1 | tee "$OUT/calibrate.log"
+if [ "${CALIBRATE:-1}" = 1 ]; then
+  python3 -m recshard_stats.cli calibrate --out "$OUT/h200.yaml" --budget-s "${CAL_BUDGET:-150}" --host-gib 8 \
+      --measurements "$OUT/calibration_measurements.jsonl" 2>&1 | tee "$OUT/calibrate.log"
+fi
 # REPEAT runs of every share (default 2): their spread is the measurement's own noise
 for run in $(seq 1 "${REPEAT:-2}"); do
   python3 benchmarks/gpu_step_bench.py measure --inputs "${INPUTS:-bench_inputs}" --out "$OUT/step_results_$run.jsonl" \
