@@ -256,9 +256,11 @@ def predicted_share_ms(sc: Scenario, plan: dict, gpu: int, model) -> float:
             row_bytes = t["row_bytes"] * cols / t["dim"]
             distinct = len(np.unique(ids))
             bags = float(len(offsets))
+            longest = float(np.diff(np.append(offsets, len(ids))).max()) if len(offsets) else 0.0
             loads.append(TableLoad(0, len(ids), 1.0 if tier == HBM else 0.0, distinct if tier == HBM else 0.0,
                                    0.0 if tier == HBM else distinct, row_bytes, size * row_bytes,
-                                   bags_hbm=bags if tier == HBM else 0.0, bags_host=0.0 if tier == HBM else bags))
+                                   bags_hbm=bags if tier == HBM else 0.0, bags_host=0.0 if tier == HBM else bags,
+                                   longest_bag=longest))
     return placement_cost(model, 1, loads).max_cost * 1e3 if loads else 0.0
 
 

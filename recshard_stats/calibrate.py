@@ -30,6 +30,7 @@ GIB = 2 ** 30
 # the fitted terms, in the order of the design matrix's columns after the constant
 FEATURES = ("lookup_s", "byte_s", "distinct_s", "distinct_byte_s", "span_distinct_s", "bag_s", "bag_byte_s")
 MIN_SECONDS = 1e-6   # a floor for the fit's relative weights
+LONG_BAG = 512       # the long bag the grid's chain configurations hold
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +44,7 @@ class Measurement:
     forward_s: float
     step_s: float
     bags: int = 0
+    longest_bag: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +56,7 @@ class GridPoint:
     pooling: int
     dist: str
     empty_share: float = 0.0   # share of the bags left empty (a split table's other tier has many)
+    long_bag: int = 0          # one bag of this many ids (a multi-hot feature's longest)
 
 
 def default_grid(device: str, host_gib: float) -> list[GridPoint]:
@@ -65,10 +68,11 @@ def default_grid(device: str, host_gib: float) -> list[GridPoint]:
     else:
         dims, batches, pools = (16, 64, 256), (2048, 16384, 65536), (1, 10)
         spans = tuple(s for s in (2 ** 26, 2 ** 28, 2 ** 30, 2 ** 31, 2 ** 32, 2 ** 33) if s <= host_gib * GIB)
-    # bags of one id, of ten, and of one id with 7 in 8 bags empty: bags apart from lookups
-    shapes = [(pf, 0.0) for pf in pools] + [(1, 0.875)]
-    grid = [GridPoint(tier, dim, span // (4 * dim), batch, pf, dist, empty)
-            for tier, dim, span, batch, (pf, empty), dist in itertools.product(
+    # bags of one id, of ten, of one id with 7 in 8 bags empty (bags apart from lookups), and of
+    # one id but one bag of 512 (the longest bag's serial sum)
+    shapes = [(pf, 0.0, 0) for pf in pools] + [(1, 0.875, 0), (1, 0.0, LONG_BAG)]
+    grid = [GridPoint(tier, dim, span // (4 * dim), batch, pf, dist, empty, long)
+            for tier, dim, span, batch, (pf, empty, long), dist in itertools.product(
                 (HBM, HOST), dims, spans, batches, shapes, ("uniform", "zipf"))]
     # a sweep cut short by the budget still covers every tier, size and batch
     return [grid[i] for i in np.random.default_rng(0).permutation(len(grid))]
@@ -76,6 +80,7 @@ def default_grid(device: str, host_gib: float) -> list[GridPoint]:
 
 def draw_ids(point: GridPoint, rng: np.random.Generator) -> np.ndarray:
     n = point.batch * point.pooling - int(point.batch * point.empty_share) * point.pooling
+    n += max(point.long_bag - point.pooling, 0)
     if point.dist == "uniform":
         return rng.integers(0, point.rows, n)
     # Zipf over ranks (P(rank k) ~ 1/k), hot rows scattered over the table by a multiplicative hash
@@ -108,11 +113,14 @@ def measure_grid(grid: list[GridPoint], device: str, budget_s: float, reps: int 
         ids = draw_ids(point, rng)
         lengths = np.full(point.batch, point.pooling)
         lengths[rng.permutation(point.batch)[: int(point.batch * point.empty_share)]] = 0
+        if point.long_bag:
+            lengths[rng.integers(point.batch)] = point.long_bag
         offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
         group = KernelGroup.of(pools.weights(point.tier, point.rows, point.dim), ids, offsets)
         timing = time_groups([group], reps)
         out.append(Measurement(point.tier, len(ids), int(len(group.distinct)), point.dim * 4,
-                               point.rows * point.dim * 4, timing.forward_s, timing.step_s, point.batch))
+                               point.rows * point.dim * 4, timing.forward_s, timing.step_s, point.batch,
+                               int(lengths.max())))
         del group
         if (i + 1) % 20 == 0:
             if pools.cuda:
@@ -132,7 +140,8 @@ def measurements_from_grid_file(path: str | pathlib.Path) -> list[Measurement]:
             continue
         row_bytes = r["bytes"] // r["lookups"]
         out.append(Measurement(HBM if r["tier"] == "hbm" else HOST, r["lookups"], r["unique"], row_bytes,
-                               r["rows"] * row_bytes, r["fwd"]["ms"] / 1e3, r["full"]["ms"] / 1e3, r["batch"]))
+                               r["rows"] * row_bytes, r["fwd"]["ms"] / 1e3, r["full"]["ms"] / 1e3, r["batch"],
+                               r["pf"]))
     return out
 
 
@@ -199,7 +208,7 @@ class Fit:
                              f"lookup {t.lookup_s * 1e9:.3f} ns + {t.byte_s * 1e12:.3f} ps/B, distinct row "
                              f"{t.distinct_s * 1e9:.3f} ns + {t.distinct_byte_s * 1e12:.3f} ps/B "
                              f"+ {t.span_distinct_s * 1e9:.3f} ns x span ramp, bag {t.bag_s * 1e9:.3f} ns "
-                             f"+ {t.bag_byte_s * 1e12:.3f} ps/B")
+                             f"+ {t.bag_byte_s * 1e12:.3f} ps/B, chain {t.chain_s * 1e9:.1f} ns per id")
         lines.append(f"host span ramp: {self.model.span_low_bytes / GIB:g} GiB -> {self.model.span_high_bytes / GIB:g} GiB")
         return "\n".join(lines)
 
@@ -217,9 +226,27 @@ def _fit_tier(ms: list[Measurement], y: np.ndarray, low: float, high: float, hos
     return TierFit(TierTerms(coef[0], *coef[1:]), r_squared(y, a @ coef), len(ms))
 
 
+def _chain(ms: list[Measurement], terms: TierTerms, model: CostModel) -> float:
+    """Seconds per id of a call's longest bag: the forward is max(fixed + work, chain x longest
+    bag); fitted by a search over chain on the configurations with a long bag."""
+    long = [m for m in ms if m.longest_bag >= LONG_BAG]
+    if not long:
+        return 0.0
+    t = np.array([m.forward_s for m in long])
+    work = design(long, model.span_low_bytes, model.span_high_bytes) @ _coefficients(terms)
+    length = np.array([m.longest_bag for m in long], dtype=np.float64)
+    choices = np.concatenate([[0.0], np.geomspace(1e-10, 1e-5, 301)])
+    error = [float((np.log(np.maximum(work, c * length)) - np.log(t)) @ (np.log(np.maximum(work, c * length)) - np.log(t)))
+             for c in choices]
+    return float(choices[int(np.argmin(error))])
+
+
 def fit(ms: list[Measurement]) -> Fit:
-    """Per tier, forward and backward terms by NNLS; the host ramp's ends chosen (among powers of
-    2) for the best step fit."""
+    """Per tier, forward and backward terms by NNLS on the configurations without a long bag;
+    the host ramp's ends chosen (among powers of 2) for the best step fit; then each tier's
+    chain term on those with one."""
+    chains = {tier: [m for m in ms if m.tier == tier] for tier in (HBM, HOST)}
+    ms = [m for m in ms if m.longest_bag < LONG_BAG]
     by_tier = {tier: [m for m in ms if m.tier == tier] for tier in (HBM, HOST)}
     missing = [tier for tier, sub in by_tier.items() if len(sub) < 6]
     if missing:
@@ -245,7 +272,11 @@ def fit(ms: list[Measurement]) -> Fit:
     model = CostModel(PassTerms(fits["forward"][HBM].terms, fits["forward"][HOST].terms),
                       PassTerms(fits["backward"][HBM].terms, fits["backward"][HOST].terms), low, high,
                       source="calibration")
-    return Fit(model, fits)
+    forward = {tier: dataclasses.replace(fits["forward"][tier].terms,
+                                         chain_s=_chain(chains[tier], fits["forward"][tier].terms, model))
+               for tier in (HBM, HOST)}
+    fits["forward"] = {tier: dataclasses.replace(f, terms=forward[tier]) for tier, f in fits["forward"].items()}
+    return Fit(dataclasses.replace(model, forward=PassTerms(forward[HBM], forward[HOST])), fits)
 
 
 def _coefficients(t: TierTerms) -> np.ndarray:

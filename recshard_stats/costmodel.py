@@ -10,6 +10,9 @@ and backward + update. Per batch, a tier costs
   + distinct rows x (per distinct row + per byte x row bytes + per distinct host row x ramp(span))
   + bags x (per bag + per byte x row bytes)       (its pooled output rows, empty bags too)
 
+and a call's forward takes at least ``chain x its longest bag`` (one bag's ids are summed in
+series: at small batches a bag of hundreds of ids sets the time).
+
 where ``ramp(span)`` rises from 0 to 1 (in log2) as the table's bytes in host memory grow from
 ``span_low_bytes`` to ``span_high_bytes``: a host row of a table larger than ~1 GiB costs a
 fixed time per lookup whatever its size (measured on an H200, ``../shared/data/gpu``). Each term
@@ -48,6 +51,7 @@ class TierTerms:
     span_distinct_s: float = 0.0
     bag_s: float = 0.0             # per bag (a sample's ids of one feature), empty or not
     bag_byte_s: float = 0.0        # per byte of a bag's pooled output row
+    chain_s: float = 0.0           # per id of a call's longest bag: the floor one bag's serial sum sets
 
     def __add__(self, other: "TierTerms") -> "TierTerms":
         return TierTerms(*(getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self)))
@@ -83,6 +87,7 @@ class TableLoad:
     comm_bytes: float = 0.0        # ids in + pooled outputs out over the GPUs' links
     bags_hbm: float = 0.0          # bags its HBM part runs (one per sample and feature)
     bags_host: float = 0.0         # ... and its host part (a split table runs both)
+    longest_bag: float = 0.0       # ids in its longest bag of a batch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,6 +135,16 @@ class CostModel:
                 + load.bags_hbm * self.hbm.per_bag(load.row_bytes) + load.bags_host * self.host.per_bag(load.row_bytes))
         return cost + (load.comm_bytes / self.comm_bandwidth if self.comm_bandwidth > 0 else 0.0)
 
+    def forward_seconds(self, load: TableLoad, tier: str):
+        """The forward work of one tier's part of a table (its call's throughput, for the chain)."""
+        t = getattr(self.forward, tier)
+        if tier == "hbm":
+            return (load.lookups * load.hbm_fraction * t.per_lookup(load.row_bytes)
+                    + load.distinct_hbm * t.per_distinct(load.row_bytes, 0.0) + load.bags_hbm * t.per_bag(load.row_bytes))
+        return (load.lookups * (1.0 - load.hbm_fraction) * t.per_lookup(load.row_bytes)
+                + load.distinct_host * t.per_distinct(load.row_bytes, self.span_ramp(load.host_span_bytes))
+                + load.bags_host * t.per_bag(load.row_bytes))
+
     def group_seconds(self, has_hbm: bool, has_host: bool) -> float:
         """The fixed cost of a kernel group in HBM and one in host memory (one call per pass)."""
         return self.hbm.fixed_s * has_hbm + self.host.fixed_s * has_host
@@ -161,21 +176,28 @@ class GpuCosts:
 def placement_cost(model: CostModel, num_gpus: int, loads: Sequence[TableLoad]) -> GpuCosts:
     """Tables on GPUs -> their cost: each table's, plus each GPU's kernel groups."""
     gpu_cost = [0.0] * num_gpus
-    groups: set[tuple[int, str, float]] = set()  # (GPU, tier, row bytes): one call each
+    # (GPU, tier, row bytes): one call each, with its forward work and its longest bag
+    groups: dict[tuple[int, str, float], list[float]] = {}
     table_cost = []
     uvm = total = 0.0
+    chained = model.hbm.chain_s > 0 or model.host.chain_s > 0
     for load in loads:
         cost = float(model.table_seconds(load))
         table_cost.append(cost)
         gpu_cost[load.gpu] += cost
-        if load.hbm_fraction > 0:
-            groups.add((load.gpu, "hbm", float(load.row_bytes)))
-        if load.hbm_fraction < 1:
-            groups.add((load.gpu, "host", float(load.row_bytes)))
-        uvm += load.lookups * (1 - load.hbm_fraction)
-        total += load.lookups
-    for gpu, tier, _ in groups:
-        gpu_cost[gpu] += model.group_seconds(tier == "hbm", tier == "host")
+        for tier, present, share in (("hbm", load.hbm_fraction > 0, load.hbm_fraction),
+                                     ("host", load.hbm_fraction < 1, 1.0 - load.hbm_fraction)):
+            if not present:
+                continue
+            group = groups.setdefault((load.gpu, tier, float(load.row_bytes)), [0.0, 0.0])
+            if chained:
+                group[0] += float(model.forward_seconds(load, tier))
+                group[1] = max(group[1], float(load.longest_bag))
+    for (gpu, tier, _), (forward, longest) in groups.items():
+        terms = getattr(model.forward, tier)
+        # a call's forward takes at least its longest bag's serial sum
+        gpu_cost[gpu] += model.group_seconds(tier == "hbm", tier == "host") + max(
+            0.0, terms.chain_s * longest - forward - terms.fixed_s)
     return GpuCosts(tuple(table_cost), tuple(gpu_cost), uvm / total if total else 0.0)
 
 
@@ -196,12 +218,13 @@ _LOOKUP_SHARE = {"row_wise": "rows", "table_row_wise": "rows", "grid_shard": "ro
 
 def shard_cost(model: CostModel, num_gpus: int, shards, tables, accesses_per_batch: Sequence[float],
                tier_share: Callable[[int, float], TierShare], comm_bytes: Sequence[float],
-               bags: Sequence[float]) -> GpuCosts:
+               bags: Sequence[float], longest_bag: Sequence[float]) -> GpuCosts:
     """A TorchRec plan's shards (``recshard_stats.manifest.TorchRecShard``) costed in this model.
     ``tables``: name, hash_size, dim and row_bytes of each table; ``tier_share(j, rows)``: table j's
     traffic with its ``rows`` hottest rows in HBM. A ``fused`` shard is served from HBM,
     ``fused_uvm`` from UVM, ``fused_uvm_caching`` from a cache of its load factor taken to hold the
-    hottest rows. ``bags``: per table, the bags of a batch (samples x features)."""
+    hottest rows. ``bags``: per table, the bags of a batch (samples x features); ``longest_bag``:
+    the ids in its longest."""
     from recshard_stats.export import FUSED_UVM, FUSED_UVM_CACHING
 
     index = {t.name: j for j, t in enumerate(tables)}
@@ -225,7 +248,7 @@ def shard_cost(model: CostModel, num_gpus: int, shards, tables, accesses_per_bat
             row_bytes=t.row_bytes * cols, host_span_bytes=t.hash_size * share * t.row_bytes * cols,
             comm_bytes=comm_bytes[j] * (share if share < 1 else cols),
             bags_hbm=bags[j] * samples if tiers.hbm_fraction > 0 else 0.0,
-            bags_host=bags[j] * samples if tiers.hbm_fraction < 1 else 0.0))
+            bags_host=bags[j] * samples if tiers.hbm_fraction < 1 else 0.0, longest_bag=longest_bag[j]))
     return placement_cost(model, num_gpus, loads)
 
 
@@ -233,7 +256,7 @@ def shard_cost(model: CostModel, num_gpus: int, shards, tables, accesses_per_bat
 _FILE_UNITS = {"fixed_s": ("fixed_us", 1e-6), "lookup_s": ("lookup_ns", 1e-9), "byte_s": ("byte_ps", 1e-12),
                "distinct_s": ("distinct_ns", 1e-9), "distinct_byte_s": ("distinct_byte_ps", 1e-12),
                "span_distinct_s": ("span_distinct_ns", 1e-9), "bag_s": ("bag_ns", 1e-9),
-               "bag_byte_s": ("bag_byte_ps", 1e-12)}
+               "bag_byte_s": ("bag_byte_ps", 1e-12), "chain_s": ("chain_ns", 1e-9)}
 CALIBRATION_KIND = "recshard_calibration"
 
 

@@ -150,6 +150,7 @@ class TablePlacement:
     trainer_buffer_bytes: int = 0        # HBM its GPU keeps for the trainer's ids and pooled outputs
     column_shards: tuple[ColumnShard, ...] = ()   # a hot table cut column-wise (gpu: the first shard's);
     #                                               empty: the whole table is on gpu
+    longest_bag: float = 0.0             # ids in the longest bag a batch holds (the profile's 1 - 1/B quantile)
 
     @property
     def fully_in_hbm(self) -> bool:

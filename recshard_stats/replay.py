@@ -145,7 +145,7 @@ def summarize(manifest: Manifest, hits: dict[tuple[str, str], dict], num_samples
         return TableLoad(gpu, accesses[j], hbm_fraction, distinct_hbm, distinct[j] - distinct_hbm, t.row_bytes * share,
                          t.hash_size * t.row_bytes * share,
                          hw.comm_bytes(accesses[j] / batch, len(t.features), t.dim * share),
-                         bags * (rows > 0), bags * (rows < t.hash_size))
+                         bags * (rows > 0), bags * (rows < t.hash_size), t.longest_bag)
 
     # a table cut column-wise costs on each shard's GPU its share of the columns' bytes
     by_part = placement_cost(model, manifest.num_gpus, [
@@ -177,7 +177,8 @@ def summarize(manifest: Manifest, hits: dict[tuple[str, str], dict], num_samples
             return TierShare(fraction(name, manifest.tables[j].name), h["hbm_distinct"], distinct[j])
 
         shards = shard_cost(model, manifest.num_gpus, tp.shards, manifest.tables, accesses, tier_share, comm,
-                            [batch * len(t.features) for t in manifest.tables])
+                            [batch * len(t.features) for t in manifest.tables],
+                            [t.longest_bag for t in manifest.tables])
         plans[tp.name] = _replayed(shards, tp.max_cost_ms, tp.uvm_access_fraction, recshard.max_cost_ms)
     return Evaluation(num_samples=num_samples, plans=plans, tables=tables, manifest=manifest_path,
                       logs=tuple(logs), ds=manifest.ds)

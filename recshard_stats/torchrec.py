@@ -319,7 +319,8 @@ def cost_torchrec_plan(problem: Problem, shards) -> GpuCosts:
 
     return shard_cost(problem.hardware.costs, problem.num_gpus, shards, problem.tables,
                       [t.accesses_per_batch for t in problem.tables], tier_share, problem.comm_bytes,
-                      [problem.hardware.batch_size * len(t.features) for t in problem.tables])
+                      [problem.hardware.batch_size * len(t.features) for t in problem.tables],
+                      [t.longest_bag for t in problem.tables])
 
 
 def _collection(problem: Problem) -> EmbeddingBagCollection:

@@ -88,7 +88,7 @@ def _placement(t: TableDemand, shards: TableShards, best: PlanCost, placed: Prob
         predicted_cost_ms=sum(best.table_cost[j] for j in e) * _MS, accesses_per_batch=t.accesses_per_batch,
         pooling_factor=t.pooling_factor, feature_pooling=t.feature_pooling, coverage=t.coverage,
         row_bytes=t.row_bytes, remap=None, trainer_buffer_bytes=sum(placed.trainer_bytes[j] for j in e),
-        column_shards=cut)
+        column_shards=cut, longest_bag=t.longest_bag)
 
 
 def manifest_dir(root: str | pathlib.Path, ds: str) -> pathlib.Path:

@@ -30,6 +30,7 @@ class TableDemand:
     coverage: float = 1.0          # largest coverage among its features
     feature_pooling: tuple[float, ...] = ()  # mean ids per sample, per feature (TorchRec's pooling_factors)
     column_shards: int = 1         # > 1: one of that many column shards of a table (dim, row_bytes already cut)
+    longest_bag: float = 0.0       # ids in the longest bag a batch is expected to hold (of any feature)
 
     def column_shard(self, k: int) -> "TableDemand":
         """One of k column shards: dim / k columns, 1/k of the row bytes, every access and row
@@ -223,7 +224,7 @@ class Problem:
             bags_hbm, bags_host = bags * (rows > 0), bags * (rows < table.hash_size)
         return TableLoad(gpu, table.accesses_per_batch, table.hbm_fraction(rows_hbm), distinct_hbm,
                          table.distinct_per_batch - distinct_hbm, table.row_bytes, table.size_bytes, comm_bytes,
-                         bags_hbm, bags_host)
+                         bags_hbm, bags_host, table.longest_bag)
 
     def demand_cost(self, table: TableDemand, rows_hbm, comm_bytes: float = 0.0):
         """The solver's per-batch seconds of a table (or column shard) with its rows_hbm hottest
@@ -301,6 +302,9 @@ class Problem:
 def build_problem(stats: StatsPartition, model: ModelConfig, hardware: HardwareConfig) -> Problem:
     rows = {r["table"]: r for r in stats.rows("tables")}
     features = {r["feature"]: r for r in stats.rows("features")}
+    histograms: dict[str, list[tuple[int, int]]] = {}
+    for r in stats.rows("pooling_histogram"):
+        histograms.setdefault(r["feature"], []).append((r["pooling_factor"], r["samples"]))
     tables = []
     for table in model.tables:
         if table.name not in rows:
@@ -319,8 +323,19 @@ def build_problem(stats: StatsPartition, model: ModelConfig, hardware: HardwareC
             accesses_per_batch=hardware.batch_size * row["accesses_per_sample"],
             coc=stats.count_of_counts("table", table.name), pooling_factor=pooling,
             coverage=max(features[f]["coverage"] for f in table.features),
-            feature_pooling=tuple(features[f]["pf_mean"] for f in table.features)))
+            feature_pooling=tuple(features[f]["pf_mean"] for f in table.features),
+            longest_bag=max(longest_bag(histograms.get(f, []), hardware.batch_size) for f in table.features)))
     return Problem(tuple(tables), hardware)
+
+
+def longest_bag(histogram: list[tuple[int, int]], batch: int) -> float:
+    """The pooling factor a batch of ``batch`` samples reaches once: the smallest whose larger
+    ones are at most one sample in ``batch`` (1 - 1/batch quantile of the profile's histogram)."""
+    if not histogram:
+        return 1.0
+    pf, samples = (np.array(a, dtype=np.float64) for a in zip(*sorted(histogram)))
+    above = samples.sum() - np.cumsum(samples)   # samples with a larger pooling factor
+    return float(pf[np.argmax(above <= samples.sum() / batch)])
 
 
 def breakpoints(problem: Problem, j: int, num: int) -> tuple[np.ndarray, np.ndarray]:

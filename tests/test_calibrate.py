@@ -105,8 +105,9 @@ def test_calibrate_runs_end_to_end_on_cpu_and_a_hardware_config_reads_its_file(t
     assert "step      host" in done.stdout and "R^2" in done.stdout
     document = yaml.safe_load(out.read_text())
     assert document["kind"] == "recshard_calibration" and document["device"].startswith("cpu")
-    assert document["fit"]["step"]["host"]["configurations"] == 48  # 2 dims x 2 sizes x 2 batches x 3 bag shapes x 2 id laws
-    assert len((tmp_path / "m.jsonl").read_text().splitlines()) == 96
+    # 2 dims x 2 sizes x 2 batches x 4 bag shapes x 2 id laws, the long-bag shape fitted apart (chain)
+    assert document["fit"]["step"]["host"]["configurations"] == 48
+    assert len((tmp_path / "m.jsonl").read_text().splitlines()) == 128
     hardware = tmp_path / "hardware.yaml"
     hardware.write_text("num_gpus: 2\nhbm_per_gpu_gib: 1\nhost_gib: 8\ncalibration: calibration/cpu.yaml\n")
     hw = load_hardware_config(hardware)

@@ -131,3 +131,28 @@ def test_saving_fraction_is_concave_and_runs_from_zero_to_one():
         assert s[0] == pytest.approx(0.0, abs=1e-12) and s[-1] == pytest.approx(1.0, rel=1e-9)
         slopes = np.diff(s) / np.diff(rows)
         assert (np.diff(slopes) <= 1e-12).all(), t.name
+
+
+def test_the_longest_bag_is_the_profiles_one_in_a_batch_quantile():
+    from recshard_stats.solver.problem import longest_bag
+
+    histogram = [(5, 90), (1, 900), (50, 9), (500, 1)]   # 1000 samples
+    assert longest_bag(histogram, 1000) == 50.0     # one sample in 1000 is above 50
+    assert longest_bag(histogram, 10_000) == 500.0
+    assert longest_bag(histogram, 10) == 1.0        # 100 of 1000 above 1: one in 10
+    assert longest_bag([], 100) == 1.0
+
+
+def test_a_calls_forward_takes_at_least_its_longest_bags_serial_sum():
+    """Forward of a call = max(fixed + work, chain x longest bag); the backward adds as before."""
+    hbm = TierTerms(fixed_s=10e-6, lookup_s=1e-9, chain_s=200e-9)
+    host = TierTerms(lookup_s=10e-9)  # dearer than HBM, as measured (the model never lets HBM cost more)
+    model = CostModel(PassTerms(hbm, host), PassTerms(TierTerms(fixed_s=5e-6, lookup_s=2e-9), host))
+    short = TableLoad(0, 1000.0, 1.0, 0.0, 0.0, 64.0, 1e6, longest_bag=10)
+    long = dataclasses.replace(short, longest_bag=500)
+    backward = 5e-6 + 1000 * 2e-9
+    assert placement_cost(model, 1, [short]).max_cost == pytest.approx(10e-6 + 1000 * 1e-9 + backward, rel=1e-12)
+    assert placement_cost(model, 1, [long]).max_cost == pytest.approx(500 * 200e-9 + backward, rel=1e-12)
+    # two tables of one call: their work adds, the longest bag is the longer one's
+    both = placement_cost(model, 1, [long, dataclasses.replace(short, gpu=0)]).max_cost
+    assert both == pytest.approx(max(10e-6 + 2000 * 1e-9, 500 * 200e-9) + 5e-6 + 2000 * 2e-9, rel=1e-12)
