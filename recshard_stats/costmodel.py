@@ -87,7 +87,7 @@ class TableLoad:
     comm_bytes: float = 0.0        # ids in + pooled outputs out over the GPUs' links
     bags_hbm: float = 0.0          # bags its HBM part runs (one per sample and feature)
     bags_host: float = 0.0         # ... and its host part (a split table runs both)
-    longest_bag: float = 0.0       # ids in its longest bag of a batch
+    longest_bag: float = 0.0       # ids in its longest bag of a batch (each tier runs its share of them)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,9 +190,9 @@ def placement_cost(model: CostModel, num_gpus: int, loads: Sequence[TableLoad]) 
             if not present:
                 continue
             group = groups.setdefault((load.gpu, tier, float(load.row_bytes)), [0.0, 0.0])
-            if chained:
+            if chained:  # the tier's share of the longest bag's ids
                 group[0] += float(model.forward_seconds(load, tier))
-                group[1] = max(group[1], float(load.longest_bag))
+                group[1] = max(group[1], float(load.longest_bag * share))
     for (gpu, tier, _), (forward, longest) in groups.items():
         terms = getattr(model.forward, tier)
         # a call's forward takes at least its longest bag's serial sum

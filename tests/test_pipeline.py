@@ -371,3 +371,44 @@ def test_a_broken_evaluation_file_is_one_clear_error_in_the_report(pipeline, tmp
     err = capsys.readouterr().err
     assert rc == 2 and "[input_corrupt]" in err and "is not an evaluation written by `recshard evaluate`" in err
     assert "lacks ['plans', 'tables', 'manifest', 'logs', 'ds']" in err and not (tmp_path / "r.html").exists()
+
+
+def test_the_gpu_step_bench_runs_each_share_on_cpu_with_the_traffic_the_plan_gives(pipeline, tmp_path):
+    """benchmarks/gpu_step_bench.py end to end on CPU: prepare the held-out day through every plan,
+    time every GPU share, report. Each RecShard share's HBM and host lookups are the held-out ids
+    split by an independent remap (pandas) at the table's rows_hbm."""
+    import importlib.util
+    import sys
+
+    from tests.conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("gpu_step_bench", ROOT / "benchmarks" / "gpu_step_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_step_bench"] = bench
+    spec.loader.exec_module(bench)
+    inputs = tmp_path / "inputs"
+    bench.prepare(str(pipeline["manifest"].parent), str(pipeline["day2"]), 512, str(inputs / "small_b512"))
+    scenario = bench.Scenario(inputs / "small_b512")
+    loaded = load_manifest(pipeline["manifest"])
+    model = pipeline["model"]
+    day1, day2 = parquet_keys(pipeline["day1"], model), parquet_keys(pipeline["day2"], model)
+    first = {f: v[:512] for f, v in day2.items()}  # the batch: the held-out day's first 512 samples
+    recshard = {p["name"]: p for p in scenario.meta["plans"]}["recshard"]
+    for t in loaded.manifest.tables:
+        index = independent_index(table_rows(day1, model, t), t.hash_size)[table_rows(first, model, t)]
+        got = {tier: 0 for tier in ("hbm", "host")}
+        for part in recshard["parts"]:
+            if part["table"] == t.name and part["gpu"] == t.gpu:
+                for tier, (size, ids, offsets) in scenario.lookups(part).items():
+                    got[tier] += len(ids)
+                    assert len(offsets) == 512 * len(t.features)  # one bag per sample and feature
+        assert got == {"hbm": int((index < t.rows_hbm).sum()), "host": int((index >= t.rows_hbm).sum())}, t.name
+    results = tmp_path / "results.jsonl"
+    bench.measure(str(inputs), str(results), "cpu", 2, 300.0)
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    plans = {p["name"] for p in scenario.meta["plans"]}
+    assert {(r["plan"], r["gpu"]) for r in records} == {(p, g) for p in plans for g in range(2)}
+    assert all(r["step_ms"] > 0 for r in records if r["plan"] == "recshard")
+    summary = bench.report(str(inputs), str(results), str(pipeline["hw"]))
+    entry = summary["scenarios"]["small_b512"]
+    assert set(entry["plans"]) == plans and entry["plans"]["recshard"]["gain_measured"] == 1.0
