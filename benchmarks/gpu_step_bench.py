@@ -62,7 +62,7 @@ def _plans(manifest) -> list[dict]:
     for tp in manifest.plan.torchrec:
         if tp.error is not None:
             continue
-        parts, next_row, next_col = [], {}, {}
+        parts, next_row = [], {}
         for s in tp.shards:
             t = manifest.table(s.table)
             lo = next_row.get(s.table, 0) if s.sharding_type in ("row_wise", "table_row_wise", "grid_shard") else 0

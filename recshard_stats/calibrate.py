@@ -14,7 +14,6 @@ import dataclasses
 import datetime
 import itertools
 import json
-import logging
 import math
 import pathlib
 import time
@@ -25,7 +24,6 @@ from recshard_stats.costmodel import (SPAN_HIGH_BYTES, SPAN_LOW_BYTES, CostModel
                                       calibration_to_file)
 from recshard_stats.lookup_kernels import HBM, HOST
 
-log = logging.getLogger(__name__)
 GIB = 2 ** 30
 # the fitted terms, in the order of the design matrix's columns after the constant
 FEATURES = ("lookup_s", "byte_s", "distinct_s", "distinct_byte_s", "span_distinct_s", "bag_s", "bag_byte_s")

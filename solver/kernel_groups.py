@@ -56,6 +56,20 @@ class GpuCosts:
         rows.update(split(p, [j for j in tables if j not in rows], left))
         return rows
 
+    def _trials(self, free: list[int], rows: dict[int, int], empty: set[int], full: set[int]):
+        """(tables with no HBM rows, tables wholly in HBM) to try: each row size's group emptied
+        from HBM or moved in whole, then each split table (it runs its bags in both tiers) whole
+        in either tier."""
+        p = self.problem
+        for rb in sorted({p.tables[j].row_bytes for j in free}):
+            group = {j for j in free if p.tables[j].row_bytes == rb}
+            yield empty | {j for j in group if rows[j] > 0}, full - group
+            yield empty - group, full | {j for j in group if rows[j] < p.tables[j].hash_size}
+        for j in free:
+            if 0 < rows[j] < p.tables[j].hash_size:
+                yield empty | {j}, full - {j}
+                yield empty - {j}, full | {j}
+
     def best(self, tables: list[int]) -> tuple[float, dict[int, int]]:
         """(cost, rows) of ``tables`` on one GPU: the water-fill, then groups emptied or filled
         while that lowers the cost (inf when their buffers or pinned rows do not fit)."""
@@ -70,34 +84,19 @@ class GpuCosts:
             return float("inf"), {}
         cost = self.cost(tables, rows)
         free = [j for j in tables if j not in self.pinned]
-        sizes = sorted({p.tables[j].row_bytes for j in free})
         improved = True
-        while improved:
+        while improved:  # first improvement, then the trials of the new rows
             improved = False
-            for rb in sizes:
-                group = {j for j in free if p.tables[j].row_bytes == rb}
-                for trial_empty, trial_full in ((empty | {j for j in group if rows[j] > 0}, full - group),
-                                                (empty - group, full | {j for j in group if rows[j] < p.tables[j].hash_size})):
-                    if (trial_empty, trial_full) == (empty, full):
-                        continue
-                    trial = self._split(tables, capacity, trial_empty, trial_full)
-                    if trial is None:
-                        continue
-                    c = self.cost(tables, trial)
-                    if c < cost * (1 - _REL):
-                        cost, rows, empty, full, improved = c, trial, trial_empty, trial_full, True
-            # a split table runs its bags in both tiers: whole in one may be cheaper
-            for j in free:
-                if not 0 < rows[j] < p.tables[j].hash_size:
+            for trial_empty, trial_full in self._trials(free, rows, empty, full):
+                if (trial_empty, trial_full) == (empty, full):
                     continue
-                for trial_empty, trial_full in ((empty | {j}, full - {j}), (empty - {j}, full | {j})):
-                    trial = self._split(tables, capacity, trial_empty, trial_full)
-                    if trial is None:
-                        continue
-                    c = self.cost(tables, trial)
-                    if c < cost * (1 - _REL):
-                        cost, rows, empty, full, improved = c, trial, trial_empty, trial_full, True
-                        break
+                trial = self._split(tables, capacity, trial_empty, trial_full)
+                if trial is None:
+                    continue
+                c = self.cost(tables, trial)
+                if c < cost * (1 - _REL):
+                    cost, rows, empty, full, improved = c, trial, trial_empty, trial_full, True
+                    break
         return cost, rows
 
 
