@@ -193,6 +193,8 @@ def placement_cost(model: CostModel, num_gpus: int, loads: Sequence[TableLoad]) 
             if chained:  # the tier's share of the longest bag's ids
                 group[0] += float(model.forward_seconds(load, tier))
                 group[1] = max(group[1], float(load.longest_bag * share))
+        uvm += load.lookups * (1 - load.hbm_fraction)
+        total += load.lookups
     for (gpu, tier, _), (forward, longest) in groups.items():
         terms = getattr(model.forward, tier)
         # a call's forward takes at least its longest bag's serial sum

@@ -44,6 +44,7 @@ def test_v1_is_the_bandwidth_special_case():
     assert hw.costs == model
     cost = placement_cost(model, 2, [load, dataclasses.replace(load, gpu=1, hbm_fraction=1.0)])
     assert cost.gpu_cost == pytest.approx((a * rb * (f / 897e9 + (1 - f) / 32e9), a * rb / 897e9))
+    assert cost.uvm_access_fraction == pytest.approx((1 - f) / 2)  # of both tables' lookups
 
 
 def _explicit_rows(table):
