@@ -22,13 +22,14 @@ import numpy as np
 
 from recshard_stats.costmodel import (SPAN_HIGH_BYTES, SPAN_LOW_BYTES, CostModel, PassTerms, TierTerms,
                                       calibration_to_file)
-from recshard_stats.lookup_kernels import HBM, HOST
+from recshard_stats.lookup_kernels import HBM, HOST, TBE, TORCH, tbe_available
 
 GIB = 2 ** 30
 # the fitted terms, in the order of the design matrix's columns after the constant
 FEATURES = ("lookup_s", "byte_s", "distinct_s", "distinct_byte_s", "span_distinct_s", "bag_s", "bag_byte_s")
 MIN_SECONDS = 1e-6   # a floor for the fit's relative weights
 LONG_BAG = 512       # the long bag the grid's chain configurations hold
+POOR_FIT = 0.9       # a step fit below this R^2 is reported as poor
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,15 +94,17 @@ def _zipf_ranks(rows: int, n: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def measure_grid(grid: list[GridPoint], device: str, budget_s: float, reps: int = 10,
-                 progress=print) -> list[Measurement]:
-    """Times each point in turn until the budget is spent (one pool per tier, allocated once)."""
-    from recshard_stats.lookup_kernels import KernelGroup, WeightPools, time_groups
+                 progress=print, kernel: str = TORCH) -> list[Measurement]:
+    """Times each point in turn until the budget is spent (plain PyTorch: one pool per tier,
+    allocated once; TBE: a module per point, its own memory)."""
+    from recshard_stats.lookup_kernels import KernelGroup, TbeTable, WeightPools, time_groups, time_tbe
 
     largest = {tier: max((p.rows * p.dim * 4 for p in grid if p.tier == tier), default=4) for tier in (HBM, HOST)}
     started = time.time()
-    pools = WeightPools(device, largest[HBM], largest[HOST])
-    progress(f"calibrate: pools ready in {time.time() - started:.1f}s (HBM {largest[HBM] / GIB:.2f} GiB, "
-             f"host {largest[HOST] / GIB:.2f} GiB, device {device})")
+    if kernel == TORCH:
+        pools = WeightPools(device, largest[HBM], largest[HOST])
+        progress(f"calibrate: pools ready in {time.time() - started:.1f}s (HBM {largest[HBM] / GIB:.2f} GiB, "
+                 f"host {largest[HOST] / GIB:.2f} GiB, device {device})")
     rng = np.random.default_rng(1)
     out = []
     for i, point in enumerate(grid):
@@ -114,17 +117,21 @@ def measure_grid(grid: list[GridPoint], device: str, budget_s: float, reps: int 
         if point.long_bag:
             lengths[rng.integers(point.batch)] = point.long_bag
         offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-        group = KernelGroup.of(pools.weights(point.tier, point.rows, point.dim), ids, offsets)
-        timing = time_groups([group], reps)
-        out.append(Measurement(point.tier, len(ids), int(len(group.distinct)), point.dim * 4,
+        if kernel == TBE:
+            group = TbeTable(point.tier, point.rows, point.dim, ids, offsets, device)
+            timing, distinct = time_tbe(group, reps), group.distinct
+        else:
+            group = KernelGroup.of(pools.weights(point.tier, point.rows, point.dim), ids, offsets)
+            timing, distinct = time_groups([group], reps), int(len(group.distinct))
+        out.append(Measurement(point.tier, len(ids), distinct, point.dim * 4,
                                point.rows * point.dim * 4, timing.forward_s, timing.step_s, point.batch,
                                int(lengths.max())))
         del group
         if (i + 1) % 20 == 0:
-            if pools.cuda:
+            if device.startswith("cuda"):
                 import torch
 
-                torch.cuda.empty_cache()  # the captured graphs' pools
+                torch.cuda.empty_cache()  # the captured graphs' pools, the TBE modules
             progress(f"calibrate: {i + 1}/{len(grid)} configurations, {time.time() - started:.0f}s")
     return out
 
@@ -297,15 +304,20 @@ def device_name(device: str) -> str:
     return torch.cuda.get_device_name(torch.device(device))
 
 
-def kernel_name() -> str:
+def kernel_name(kernel: str) -> str:
     import torch
 
+    if kernel == TBE:
+        import fbgemm_gpu
+
+        return (f"FBGEMM {getattr(fbgemm_gpu, '__version__', '?')} TBE, exact SGD (torch {torch.__version__}; "
+                "host rows in managed memory)")
     return f"torch {torch.__version__} embedding_bag (plain PyTorch; host rows read in place over UVA)"
 
 
 def calibrate(out: str | pathlib.Path, device: str = "cuda", budget_s: float = 180.0, host_gib: float = 8.0,
               reps: int = 10, from_grid: str | None = None, measurements_out: str | None = None,
-              progress=print) -> Fit:
+              progress=print, kernel: str = "auto") -> Fit:
     """Measure (or read ``from_grid``), fit, and write the calibration file atomically."""
     from recshard_stats.atomic import write_text_atomic
     from recshard_stats.errors import Reason, RecShardError
@@ -320,13 +332,22 @@ def calibrate(out: str | pathlib.Path, device: str = "cuda", budget_s: float = 1
             raise RecShardError(Reason.NO_DEVICE, "no CUDA GPU is visible to torch: calibrate measures the GPU the "
                                 "trainer will run on", fixes=("run it on the training machine",
                                                               "--device cpu only checks the measuring loop"))
+        if kernel == "auto":  # what TorchRec runs where it can, else the plain-PyTorch kernels
+            kernel = TBE if tbe_available(device) and device != "cpu" else TORCH
+        elif kernel == TBE and not tbe_available(device):
+            raise RecShardError(Reason.NO_DEVICE, f"FBGEMM's TBE has no kernels for {device} here",
+                                fixes=("install fbgemm_gpu built for this torch and GPU", "--kernel torch"))
         grid = default_grid("cpu" if device == "cpu" else "cuda", host_gib)
-        ms = measure_grid(grid, device, budget_s, reps, progress)
-        name, kernel, where = device_name(device), kernel_name(), f"{len(ms)} configurations measured"
+        ms = measure_grid(grid, device, budget_s, reps, progress, kernel)
+        name, kernel, where = device_name(device), kernel_name(kernel), f"{len(ms)} configurations measured"
         if measurements_out:
             write_text_atomic(measurements_out, "".join(json.dumps(dataclasses.asdict(m)) + "\n" for m in ms))
     result = fit(ms)
     progress(result.summary())
+    for tier, f in result.fits["step"].items():
+        if f.r2 < POOR_FIT:
+            progress(f"calibrate: warning: the {tier} step fit has R^2 {f.r2:.3f} < {POOR_FIT}: the terms explain the "
+                     "times poorly (a busy or throttled device, or too few configurations: raise --budget-s)")
     import yaml
 
     document = calibration_document(result, name, kernel, where)

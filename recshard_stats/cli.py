@@ -59,6 +59,7 @@ CALIBRATE_EXAMPLES = """examples:
   recshard calibrate --out cal.yaml --budget-s 60 --host-gib 4        # a shorter sweep
   recshard calibrate --out cal.yaml --from-grid timings.jsonl         # fit timings measured before
   recshard calibrate --out /tmp/cal.yaml --device cpu --budget-s 10   # checks the loop only (no GPU)
+  recshard calibrate --out /tmp/cal.yaml --device cpu --kernel tbe    # ... with FBGEMM's TBE (CPU build)
 then in the hardware config:  calibration: calibration/h200.yaml  (relative to that file)
 """
 CONF = pathlib.Path(__file__).resolve().parents[1] / "conf"
@@ -152,7 +153,8 @@ def _publish(args) -> None:
 def _calibrate(args) -> None:
     from recshard_stats.calibrate import calibrate
 
-    calibrate(args.out, args.device, args.budget_s, args.host_gib, args.reps, args.from_grid, args.measurements)
+    calibrate(args.out, args.device, args.budget_s, args.host_gib, args.reps, args.from_grid, args.measurements,
+              kernel=args.kernel)
 
 
 def _run(args) -> None:
@@ -268,6 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--reps", type=int, default=10, help="timed runs per configuration (median; default 10)")
     cal.add_argument("--from-grid", default=None, help="fit these JSON-lines timings instead of measuring")
     cal.add_argument("--measurements", default=None, help="also write each measurement (JSON lines) here")
+    cal.add_argument("--kernel", default="auto", choices=("auto", "tbe", "torch"),
+                     help="tbe: FBGEMM's TBE (what TorchRec runs); torch: plain PyTorch embedding_bag; "
+                          "auto (default): TBE on a GPU where its CUDA build is installed, else torch")
     cal.set_defaults(func=_calibrate)
 
     run = command("run", "the whole pipeline on generated logs: generate, profile, solve, remap, "

@@ -1,6 +1,7 @@
 """The trainer's embedding kernels, timed: what ``recshard calibrate`` measures and what
-``benchmarks/gpu_step_bench.py`` runs a plan's GPU share with. Plain PyTorch (numpy + torch
-only, so it runs on a GPU machine without FBGEMM, TorchRec or Spark):
+``benchmarks/gpu_step_bench.py`` runs a plan's GPU share with. FBGEMM's TBE where it is
+installed (:class:`TbeTable`, what TorchRec runs), else plain PyTorch (numpy + torch only, so it
+runs on a GPU machine without FBGEMM, TorchRec or Spark):
 
 - a **kernel group** is one tier's tables of one GPU in one weight tensor (as FBGEMM's TBE
   groups them): one pooled ``embedding_bag`` forward for all of its bags;
@@ -143,4 +144,77 @@ def time_groups(groups: list[KernelGroup], reps: int = 10) -> Timing:
             times.append(start.elapsed_time(end) / 1e3)
         out[name] = float(np.median(times))
         del graph
+    return Timing(out["forward"], out["step"])
+
+
+TORCH, TBE = "torch", "tbe"
+
+
+def tbe_available(device: str) -> bool:
+    """FBGEMM's TBE importable with kernels for ``device`` (its CUDA build for a GPU)."""
+    try:
+        import fbgemm_gpu
+        import torch
+        from fbgemm_gpu.split_table_batched_embeddings_ops_training import SplitTableBatchedEmbeddingBagsCodegen  # noqa: F401
+    except Exception:  # fbgemm_gpu absent, or built for another torch
+        return False
+    if device.startswith("cuda"):
+        return torch.cuda.is_available() and getattr(fbgemm_gpu, "__variant__", "") == "cuda"
+    return True
+
+
+class TbeTable:
+    """One table in FBGEMM's TBE (``SplitTableBatchedEmbeddingBagsCodegen``), what TorchRec's
+    ``fused`` / ``fused_uvm`` kernels run: HBM rows ``EmbeddingLocation.DEVICE``, host rows
+    ``MANAGED`` (unified memory) on a GPU, ``HOST`` on CPU; the step is its forward and the
+    backward with the fused exact-SGD update."""
+
+    def __init__(self, tier: str, rows: int, dim: int, ids: np.ndarray, offsets: np.ndarray, device: str):
+        import torch
+        from fbgemm_gpu.split_embedding_configs import EmbOptimType, SparseType
+        from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation, PoolingMode
+        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (ComputeDevice,
+                                                                            SplitTableBatchedEmbeddingBagsCodegen)
+
+        cuda = device.startswith("cuda")
+        location = (EmbeddingLocation.DEVICE if tier == HBM else EmbeddingLocation.MANAGED) if cuda \
+            else EmbeddingLocation.HOST
+        self.module = SplitTableBatchedEmbeddingBagsCodegen(
+            [(rows, dim, location, ComputeDevice.CUDA if cuda else ComputeDevice.CPU)],
+            optimizer=EmbOptimType.EXACT_SGD, learning_rate=LEARNING_RATE, weights_precision=SparseType.FP32,
+            pooling_mode=PoolingMode.SUM, device=torch.device(device))
+        self.ids = torch.as_tensor(np.ascontiguousarray(ids, dtype=np.int64), device=device)
+        self.offsets = torch.as_tensor(np.append(offsets, len(ids)).astype(np.int64), device=device)
+        self.distinct = int(len(np.unique(ids)))
+        self.cuda = cuda
+
+    def forward(self):
+        return self.module(self.ids, self.offsets)
+
+    def step(self) -> None:
+        out = self.forward()
+        out.backward(out)  # d(|out|^2 / 2) = out, as the plain kernel's step
+
+
+def time_tbe(table: TbeTable, reps: int = 10) -> Timing:
+    """Median seconds of the TBE forward and step, run eagerly (CUDA events on a GPU)."""
+    import torch
+
+    out = {}
+    for name, run in (("forward", table.forward), ("step", table.step)):
+        run()
+        times = []
+        for _ in range(reps):
+            if table.cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                run()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) / 1e3)
+            else:
+                t0 = time.perf_counter()
+                run()
+                times.append(time.perf_counter() - t0)
+        out[name] = float(np.median(times))
     return Timing(out["forward"], out["step"])

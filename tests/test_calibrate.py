@@ -115,6 +115,19 @@ def test_calibrate_runs_end_to_end_on_cpu_and_a_hardware_config_reads_its_file(t
         document["forward"]["hbm"]["fixed_us"] * 1e-6 + document["backward"]["hbm"]["fixed_us"] * 1e-6, rel=1e-5)
 
 
+def test_calibrate_runs_fbgemms_tbe_on_cpu(tmp_path):
+    """The TBE path (what TorchRec runs) on FBGEMM's CPU build: the loop end to end."""
+    from recshard_stats.lookup_kernels import tbe_available
+
+    if not tbe_available("cpu"):
+        pytest.skip("fbgemm_gpu is not installed (scripts/setup.sh installs its CPU build)")
+    out = tmp_path / "tbe.yaml"
+    done = _cli("calibrate", "--device", "cpu", "--kernel", "tbe", "--budget-s", "60", "--reps", "2", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    document = yaml.safe_load(out.read_text())
+    assert document["kernel"].startswith("FBGEMM") and document["fit"]["step"]["hbm"]["configurations"] == 48
+
+
 def test_calibrate_without_a_gpu_says_so_and_exits_2(tmp_path):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
