@@ -40,6 +40,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 HBM, HOST = "hbm", "host"
+# issue 30's targets, which the report checks per scenario
+TARGET_R2, TARGET_SPEARMAN, TARGET_GAIN_ERROR = 0.9, 0.9, 0.2
 
 
 # ---------------------------------------------------------------- prepare (CPU, pyarrow)
@@ -323,6 +325,12 @@ def report(inputs: str, results: str, hardware: str, pass_name: str = "step") ->
         fastest = min(slow_m, key=slow_m.get)
         if fastest != "recshard" and base_m:
             lines.append(f"  RecShard is not the fastest: {fastest} is {base_m / slow_m[fastest]:.3f}x faster")
+        worst = max((abs(np.log(p["gain_predicted"] / p["gain_measured"])), n) for n, p in entry["plans"].items())
+        entry["worst_gain_ratio"] = float(np.exp(worst[0]))
+        lines.append(f"  targets: per-share R^2 {r2:.3f} {'>=' if r2 >= TARGET_R2 else '<'} {TARGET_R2}; Spearman {rho:.3f} "
+                     f"{'>=' if rho >= TARGET_SPEARMAN else '<'} {TARGET_SPEARMAN}; predicted gain off by at most "
+                     f"{entry['worst_gain_ratio']:.2f}x ({worst[1]}; target {1 + TARGET_GAIN_ERROR:.2f}x); RecShard "
+                     + ("fastest" if fastest == "recshard" else f"{base_m / slow_m[fastest]:.3f}x slower than {fastest}"))
         summary["scenarios"][name] = entry
     lines.append(f"\nall shares: R^2 {r_squared(np.array(all_m), np.array(all_p)):.3f} over {len(all_m)} shares")
     summary["share_r2_all"] = r_squared(np.array(all_m), np.array(all_p))
