@@ -22,7 +22,8 @@ import numpy as np
 
 from recshard_stats.costmodel import (SPAN_HIGH_BYTES, SPAN_LOW_BYTES, CostModel, PassTerms, TierTerms,
                                       calibration_to_file)
-from recshard_stats.lookup_kernels import HBM, HOST, TBE, TORCH, tbe_available
+from recshard_stats.lookup_kernels import (HBM, HOST, TBE, TORCH, cuda_available, device_name, kernel_name,
+                                           release_cached_memory, tbe_available)
 
 GIB = 2 ** 30
 # the fitted terms, in the order of the design matrix's columns after the constant
@@ -129,9 +130,7 @@ def measure_grid(grid: list[GridPoint], device: str, budget_s: float, reps: int 
         del group
         if (i + 1) % 20 == 0:
             if device.startswith("cuda"):
-                import torch
-
-                torch.cuda.empty_cache()  # the captured graphs' pools, the TBE modules
+                release_cached_memory()  # the captured graphs' pools, the TBE modules
             progress(f"calibrate: {i + 1}/{len(grid)} configurations, {time.time() - started:.0f}s")
     return out
 
@@ -296,25 +295,6 @@ def calibration_document(result: Fit, device_name: str, kernel: str, measured_on
              for p, tiers in result.fits.items()})
 
 
-def device_name(device: str) -> str:
-    import torch
-
-    if device == "cpu":
-        return "cpu (loop check only: not a GPU's costs)"
-    return torch.cuda.get_device_name(torch.device(device))
-
-
-def kernel_name(kernel: str) -> str:
-    import torch
-
-    if kernel == TBE:
-        import fbgemm_gpu
-
-        return (f"FBGEMM {getattr(fbgemm_gpu, '__version__', '?')} TBE, exact SGD (torch {torch.__version__}; "
-                "host rows in managed memory)")
-    return f"torch {torch.__version__} embedding_bag (plain PyTorch; host rows read in place over UVA)"
-
-
 def calibrate(out: str | pathlib.Path, device: str = "cuda", budget_s: float = 180.0, host_gib: float = 8.0,
               reps: int = 10, from_grid: str | None = None, measurements_out: str | None = None,
               progress=print, kernel: str = "auto") -> Fit:
@@ -326,9 +306,7 @@ def calibrate(out: str | pathlib.Path, device: str = "cuda", budget_s: float = 1
         ms, name, kernel, where = measurements_from_grid_file(from_grid), "from grid", "as measured", str(from_grid)
         name = _grid_device(from_grid) or name
     else:
-        import torch
-
-        if device.startswith("cuda") and not torch.cuda.is_available():
+        if device.startswith("cuda") and not cuda_available():
             raise RecShardError(Reason.NO_DEVICE, "no CUDA GPU is visible to torch: calibrate measures the GPU the "
                                 "trainer will run on", fixes=("run it on the training machine",
                                                               "--device cpu only checks the measuring loop"))

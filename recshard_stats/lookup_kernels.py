@@ -218,3 +218,34 @@ def time_tbe(table: TbeTable, reps: int = 10) -> Timing:
                 times.append(time.perf_counter() - t0)
         out[name] = float(np.median(times))
     return Timing(out["forward"], out["step"])
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def release_cached_memory() -> None:
+    import torch
+
+    torch.cuda.empty_cache()
+
+
+def device_name(device: str) -> str:
+    import torch
+
+    if device == "cpu":
+        return "cpu (loop check only: not a GPU's costs)"
+    return torch.cuda.get_device_name(torch.device(device))
+
+
+def kernel_name(kernel: str) -> str:
+    import torch
+
+    if kernel == TBE:
+        import fbgemm_gpu
+
+        return (f"FBGEMM {getattr(fbgemm_gpu, '__version__', '?')} TBE, exact SGD (torch {torch.__version__}; "
+                "host rows in managed memory)")
+    return f"torch {torch.__version__} embedding_bag (plain PyTorch; host rows read in place over UVA)"

@@ -50,7 +50,10 @@ def test_what_each_side_may_not_import(modules, absent):
     assert out.stdout.strip() == "[]"
 
 
-def test_only_the_torchrec_adapter_imports_torch():
+def test_only_the_torchrec_adapter_and_the_timed_kernels_import_torch():
     for path in SOURCES:
-        if {m.split(".")[0] for m in _imports(path)} & {"torch", "torchrec", "fbgemm_gpu"}:
+        imported = {m.split(".")[0] for m in _imports(path)}
+        if "torchrec" in imported:
             assert path == LIBRARY / "torchrec.py", path
+        if imported & {"torch", "fbgemm_gpu"}:
+            assert path in (LIBRARY / "torchrec.py", LIBRARY / "lookup_kernels.py"), path
