@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 
 from recshard_stats.config import HardwareConfig
+from recshard_stats.costmodel import CostModel, PassTerms, TierTerms
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.manifest import (SCHEMA_PATH, BaselinePlan, GpuPlacement, Manifest, ManifestInputs, PlanSummary,
                                      RemapFile, TablePlacement, TorchRecPlan, TorchRecShard, complete_with_remaps,
@@ -48,6 +49,24 @@ def test_json_schema_describes_each_dataclass_field_by_field(where, cls):
     # the manifest's own kind and version are always written and always required
     always = {"schema_version", "kind"} if cls is Manifest else set()
     assert set(node["required"]) == set(required_fields(cls)) | always
+
+
+@pytest.mark.parametrize("name, cls", [("tier_terms", TierTerms), ("pass_terms", PassTerms), ("cost_model", CostModel)])
+def test_json_schema_describes_the_cost_model_field_by_field(name, cls):
+    node = SCHEMA["$defs"][name]
+    assert set(node["properties"]) == {f.name for f in dataclasses.fields(cls)}
+    assert node["additionalProperties"] is False
+
+
+def test_a_manifest_with_a_calibrated_cost_model_matches_the_schema_and_round_trips():
+    from recshard_stats.config import load_hardware_config
+
+    hardware = load_hardware_config(pathlib.Path(__file__).parents[1] / "conf" / "hardware_h200.yaml")
+    manifest = dataclasses.replace(Manifest.from_json(OLD.read_text()), hardware=hardware)
+    document = json.loads(manifest.to_json())
+    jsonschema.validate(document, SCHEMA)
+    assert Manifest.from_json(manifest.to_json()).hardware == hardware
+    assert document["hardware"]["cost_model"]["forward"]["host"]["chain_s"] > 0
 
 
 def test_remap_entry_schema_matches_remap_file():
