@@ -28,6 +28,7 @@ from recshard_stats.lookup_kernels import (HBM, HOST, TBE, TORCH, cuda_available
 GIB = 2 ** 30
 # the fitted terms, in the order of the design matrix's columns after the constant
 FEATURES = ("lookup_s", "byte_s", "distinct_s", "distinct_byte_s", "span_distinct_s", "bag_s", "bag_byte_s")
+DEFAULT_BUDGET_S, DEFAULT_HOST_GIB, DEFAULT_REPS = 180.0, 8.0, 10   # `recshard calibrate`'s defaults
 MIN_SECONDS = 1e-6   # a floor for the fit's relative weights
 LONG_BAG = 512       # the long bag the grid's chain configurations hold
 POOR_FIT = 0.9       # a step fit below this R^2 is reported as poor
@@ -94,7 +95,7 @@ def _zipf_ranks(rows: int, n: int, rng: np.random.Generator) -> np.ndarray:
     return np.floor(np.expm1(u * math.log(rows + 1.0))).astype(np.int64)
 
 
-def measure_grid(grid: list[GridPoint], device: str, budget_s: float, reps: int = 10,
+def measure_grid(grid: list[GridPoint], device: str, budget_s: float, reps: int = DEFAULT_REPS,
                  progress=print, kernel: str = TORCH) -> list[Measurement]:
     """Times each point in turn until the budget is spent (plain PyTorch: one pool per tier,
     allocated once; TBE: a module per point, its own memory)."""
@@ -295,8 +296,8 @@ def calibration_document(result: Fit, device_name: str, kernel: str, measured_on
              for p, tiers in result.fits.items()})
 
 
-def calibrate(out: str | pathlib.Path, device: str = "cuda", budget_s: float = 180.0, host_gib: float = 8.0,
-              reps: int = 10, from_grid: str | None = None, measurements_out: str | None = None,
+def calibrate(out: str | pathlib.Path, device: str = "cuda", budget_s: float = DEFAULT_BUDGET_S,
+              host_gib: float = DEFAULT_HOST_GIB, reps: int = DEFAULT_REPS, from_grid: str | None = None, measurements_out: str | None = None,
               progress=print, kernel: str = "auto") -> Fit:
     """Measure (or read ``from_grid``), fit, and write the calibration file atomically."""
     from recshard_stats.atomic import write_text_atomic

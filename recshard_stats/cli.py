@@ -55,7 +55,7 @@ RUN_EXAMPLES = """examples:
   recshard run --samples 2000000 --solver highs --out /tmp/big_run
 """
 CALIBRATE_EXAMPLES = """examples:
-  recshard calibrate --out conf/calibration/h200.yaml                 # ~3 minutes on the GPU
+  recshard calibrate --out conf/calibration/h200.yaml                 # ~1 minute on an H200
   recshard calibrate --out cal.yaml --budget-s 60 --host-gib 4        # a shorter sweep
   recshard calibrate --out cal.yaml --from-grid timings.jsonl         # fit timings measured before
   recshard calibrate --out /tmp/cal.yaml --device cpu --budget-s 10   # checks the loop only (no GPU)
@@ -192,6 +192,7 @@ def _run(args) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from recshard_stats.calibrate import DEFAULT_BUDGET_S, DEFAULT_HOST_GIB, DEFAULT_REPS
     from recshard_stats.generate import DEFAULT_CHUNK_ROWS
 
     parser = argparse.ArgumentParser(prog="recshard", description="RecShard: profile logs, solve the sharding "
@@ -264,10 +265,12 @@ def build_parser() -> argparse.ArgumentParser:
                   CALIBRATE_EXAMPLES)
     cal.add_argument("--out", required=True, help="calibration file to write (YAML)")
     cal.add_argument("--device", default="cuda", help="cuda, cuda:N, or cpu (checks the loop only; default cuda)")
-    cal.add_argument("--budget-s", type=float, default=180.0, help="measuring time budget in seconds (default 180)")
-    cal.add_argument("--host-gib", type=float, default=8.0,
-                     help="largest host table swept, GiB of pinned memory (default 8)")
-    cal.add_argument("--reps", type=int, default=10, help="timed runs per configuration (median; default 10)")
+    cal.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S,
+                     help=f"measuring time budget in seconds (default {DEFAULT_BUDGET_S:g})")
+    cal.add_argument("--host-gib", type=float, default=DEFAULT_HOST_GIB,
+                     help=f"largest host table swept, GiB of pinned memory (default {DEFAULT_HOST_GIB:g})")
+    cal.add_argument("--reps", type=int, default=DEFAULT_REPS,
+                     help=f"timed runs per configuration (median; default {DEFAULT_REPS})")
     cal.add_argument("--from-grid", default=None, help="fit these JSON-lines timings instead of measuring")
     cal.add_argument("--measurements", default=None, help="also write each measurement (JSON lines) here")
     cal.add_argument("--kernel", default="auto", choices=("auto", "tbe", "torch"),
