@@ -34,6 +34,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+# TorchRec's compute kernels, as its plans name them: HBM, host memory, a cache in HBM
+FUSED, FUSED_UVM, FUSED_UVM_CACHING = "fused", "fused_uvm", "fused_uvm_caching"
 # the shared H200 grid: host lookups cost per byte up to ~256 MiB tables, per lookup beyond ~8 GiB
 SPAN_LOW_BYTES = float(2 ** 28)
 SPAN_HIGH_BYTES = float(2 ** 33)
@@ -227,8 +229,6 @@ def shard_cost(model: CostModel, num_gpus: int, shards, tables, accesses_per_bat
     ``fused_uvm`` from UVM, ``fused_uvm_caching`` from a cache of its load factor taken to hold the
     hottest rows. ``bags``: per table, the bags of a batch (samples x features); ``longest_bag``:
     the ids in its longest."""
-    from recshard_stats.export import FUSED_UVM, FUSED_UVM_CACHING
-
     index = {t.name: j for j, t in enumerate(tables)}
     loads = []
     for s in shards:

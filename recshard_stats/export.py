@@ -13,9 +13,10 @@ torchrec installed, ``recshard_stats.torchrec.sharding_plan(manifest)`` builds t
 
 from __future__ import annotations
 
+from recshard_stats.costmodel import FUSED, FUSED_UVM, FUSED_UVM_CACHING
 from recshard_stats.manifest import Manifest
 
-FUSED, FUSED_UVM, FUSED_UVM_CACHING = "fused", "fused_uvm", "fused_uvm_caching"
+__all__ = ["FUSED", "FUSED_UVM", "FUSED_UVM_CACHING", "torchrec_plan", "unsplit_kernel"]
 
 
 def unsplit_kernel(rows_hbm: int, hash_size: int) -> tuple[str, float | None]:
