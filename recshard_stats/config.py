@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import hashlib
 import json
 import math
@@ -116,9 +117,10 @@ class HardwareConfig:
     cost_model: CostModel | None = None
     comm_bandwidth: float = 0.0           # bytes/s between GPUs for ids and outputs; 0: not costed
 
-    @property
+    @functools.cached_property
     def costs(self) -> CostModel:
-        """The cost model every stage uses (docs/design.md, "Cost model")."""
+        """The cost model every stage uses (docs/design.md, "Cost model"); built once, the solver
+        prices tables with it in its inner loops."""
         if self.cost_model is not None:
             return dataclasses.replace(self.cost_model, comm_bandwidth=self.comm_bandwidth)
         return CostModel.from_bandwidths(self.hbm_bandwidth, self.uvm_bandwidth, self.comm_bandwidth)

@@ -28,6 +28,7 @@ terms on a GPU.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import pathlib
 from typing import Callable, Sequence
@@ -39,6 +40,13 @@ FUSED, FUSED_UVM, FUSED_UVM_CACHING = "fused", "fused_uvm", "fused_uvm_caching"
 # the shared H200 grid: host lookups cost per byte up to ~256 MiB tables, per lookup beyond ~8 GiB
 SPAN_LOW_BYTES = float(2 ** 28)
 SPAN_HIGH_BYTES = float(2 ** 33)
+
+
+def span_ramp(span_bytes, low_bytes: float, high_bytes: float):
+    """0 up to ``low_bytes``, 1 from ``high_bytes``, linear in log2 between."""
+    low, high = math.log2(low_bytes), math.log2(high_bytes)
+    span = np.maximum(np.asarray(span_bytes, dtype=np.float64), 1.0)
+    return np.clip((np.log2(span) - low) / (high - low), 0.0, 1.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,18 +115,18 @@ class CostModel:
         return cls(PassTerms(TierTerms(byte_s=1.0 / hbm_bandwidth), TierTerms(byte_s=1.0 / uvm_bandwidth)),
                    comm_bandwidth=comm_bandwidth)
 
-    @property
+    @functools.cached_property
     def hbm(self) -> TierTerms:
+        """Both passes' HBM terms."""
         return self.forward.hbm + self.backward.hbm
 
-    @property
+    @functools.cached_property
     def host(self) -> TierTerms:
+        """Both passes' host terms."""
         return self.forward.host + self.backward.host
 
     def span_ramp(self, span_bytes):
-        low, high = math.log2(self.span_low_bytes), math.log2(self.span_high_bytes)
-        span = np.maximum(np.asarray(span_bytes, dtype=np.float64), 1.0)
-        return np.clip((np.log2(span) - low) / (high - low), 0.0, 1.0)
+        return span_ramp(span_bytes, self.span_low_bytes, self.span_high_bytes)
 
     def unit_costs(self, row_bytes, host_span_bytes):
         """(per lookup in HBM, in host memory, per distinct row in HBM, in host memory): a row
@@ -132,29 +140,36 @@ class CostModel:
     def table_seconds(self, load: TableLoad):
         """Seconds per batch of one table's lookups on its GPU (the groups' fixed costs apart)."""
         lookup_hbm, lookup_host, distinct_hbm, distinct_host = self.unit_costs(load.row_bytes, load.host_span_bytes)
-        cost = (load.lookups * (load.hbm_fraction * lookup_hbm + (1.0 - load.hbm_fraction) * lookup_host)
-                + load.distinct_hbm * distinct_hbm + load.distinct_host * distinct_host
-                + load.bags_hbm * self.hbm.per_bag(load.row_bytes) + load.bags_host * self.host.per_bag(load.row_bytes))
+        cost = (_tier_work(load, "hbm", lookup_hbm, distinct_hbm, self.hbm.per_bag(load.row_bytes))
+                + _tier_work(load, "host", lookup_host, distinct_host, self.host.per_bag(load.row_bytes)))
         return cost + (load.comm_bytes / self.comm_bandwidth if self.comm_bandwidth > 0 else 0.0)
 
     def forward_seconds(self, load: TableLoad, tier: str):
         """The forward work of one tier's part of a table (its call's throughput, for the chain)."""
         t = getattr(self.forward, tier)
-        if tier == "hbm":
-            return (load.lookups * load.hbm_fraction * t.per_lookup(load.row_bytes)
-                    + load.distinct_hbm * t.per_distinct(load.row_bytes, 0.0) + load.bags_hbm * t.per_bag(load.row_bytes))
-        return (load.lookups * (1.0 - load.hbm_fraction) * t.per_lookup(load.row_bytes)
-                + load.distinct_host * t.per_distinct(load.row_bytes, self.span_ramp(load.host_span_bytes))
-                + load.bags_host * t.per_bag(load.row_bytes))
-
-    def group_seconds(self, has_hbm: bool, has_host: bool) -> float:
-        """The fixed cost of a kernel group in HBM and one in host memory (one call per pass)."""
-        return self.hbm.fixed_s * has_hbm + self.host.fixed_s * has_host
+        ramp = self.span_ramp(load.host_span_bytes) if tier == "host" else 0.0
+        return _tier_work(load, tier, t.per_lookup(load.row_bytes), t.per_distinct(load.row_bytes, ramp),
+                          t.per_bag(load.row_bytes))
 
     @property
     def least_group_seconds(self) -> float:
         """What any GPU with tables pays at least."""
         return min(self.hbm.fixed_s, self.host.fixed_s)
+
+
+def tier_bags(bags, rows_hbm, hash_size: int):
+    """(bags in HBM, bags in host memory) of a table with rows_hbm of its rows in HBM: it runs
+    its bags in each tier it has rows in."""
+    rows = np.asarray(rows_hbm)
+    return bags * (rows > 0), bags * (rows < hash_size)
+
+
+def _tier_work(load: TableLoad, tier: str, per_lookup, per_distinct, per_bag):
+    """One tier's part of a table at these unit costs: its lookups, distinct rows and bags."""
+    if tier == "hbm":
+        return load.lookups * load.hbm_fraction * per_lookup + load.distinct_hbm * per_distinct + load.bags_hbm * per_bag
+    return (load.lookups * (1.0 - load.hbm_fraction) * per_lookup + load.distinct_host * per_distinct
+            + load.bags_host * per_bag)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,8 +215,7 @@ def placement_cost(model: CostModel, num_gpus: int, loads: Sequence[TableLoad]) 
     for (gpu, tier, _), (forward, longest) in groups.items():
         terms = getattr(model.forward, tier)
         # a call's forward takes at least its longest bag's serial sum
-        gpu_cost[gpu] += model.group_seconds(tier == "hbm", tier == "host") + max(
-            0.0, terms.chain_s * longest - forward - terms.fixed_s)
+        gpu_cost[gpu] += getattr(model, tier).fixed_s + max(0.0, terms.chain_s * longest - forward - terms.fixed_s)
     return GpuCosts(tuple(table_cost), tuple(gpu_cost), uvm / total if total else 0.0)
 
 

@@ -93,14 +93,20 @@ class CountOfCounts:
 
     def top_accesses(self, k) -> np.ndarray:
         """Accesses that hit the k hottest rows (exact, k may be fractional or an array)."""
+        return self.top_sum(k, self.counts)
+
+    def top_sum(self, k, per_row) -> np.ndarray:
+        """The sum of ``per_row`` (one value per row of each class, hottest class first) over the
+        k hottest rows (exact, k may be fractional or an array)."""
         k = np.asarray(k, dtype=np.float64)
-        cum_rows = np.concatenate([[0], np.cumsum(self.rows)])
-        cum_acc = np.concatenate([[0], np.cumsum(self.counts * self.rows)]).astype(np.float64)
         if len(self.counts) == 0:
             return np.zeros_like(k)
+        per_row = np.asarray(per_row, dtype=np.float64)
+        cum_rows = np.concatenate([[0], np.cumsum(self.rows)])
+        cum = np.concatenate([[0.0], np.cumsum(per_row * self.rows)])
         seg = np.clip(np.searchsorted(cum_rows, k, side="right") - 1, 0, len(self.counts) - 1)
         within = np.clip(k - cum_rows[seg], 0, self.rows[seg])
-        return np.where(k >= cum_rows[-1], cum_acc[-1], cum_acc[seg] + within * self.counts[seg])
+        return np.where(k >= cum_rows[-1], cum[-1], cum[seg] + within * per_row[seg])
 
     def cdf(self, k) -> np.ndarray:
         total = self.total_accesses

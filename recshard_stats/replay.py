@@ -12,7 +12,7 @@ import dataclasses
 import json
 import pathlib
 
-from recshard_stats.costmodel import GpuCosts, TableLoad, TierShare, placement_cost, shard_cost
+from recshard_stats.costmodel import GpuCosts, TableLoad, TierShare, placement_cost, shard_cost, tier_bags
 from recshard_stats.manifest import Manifest
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.typed_json import DecodeError, from_plain
@@ -141,11 +141,10 @@ def summarize(manifest: Manifest, hits: dict[tuple[str, str], dict], num_samples
              rows_hbm: int | None = None) -> TableLoad:
         t = manifest.tables[j]  # share: of the table's columns (a column shard)
         rows = (t.hash_size if hbm_fraction >= 1 else 0) if rows_hbm is None else rows_hbm
-        bags = float(batch * len(t.features))
         return TableLoad(gpu, accesses[j], hbm_fraction, distinct_hbm, distinct[j] - distinct_hbm, t.row_bytes * share,
                          t.hash_size * t.row_bytes * share,
                          hw.comm_bytes(accesses[j] / batch, len(t.features), t.dim * share),
-                         bags * (rows > 0), bags * (rows < t.hash_size), t.longest_bag)
+                         *tier_bags(float(batch * len(t.features)), rows, t.hash_size), t.longest_bag)
 
     # a table cut column-wise costs on each shard's GPU its share of the columns' bytes
     by_part = placement_cost(model, manifest.num_gpus, [

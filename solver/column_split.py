@@ -3,8 +3,8 @@
 A table whose cost alone would set the step time is cut into k column shards (k a power of 2
 dividing its dim, at most the GPUs and ``--max-column-shards``): each shard has dim / k columns,
 1/k of the row bytes and every one of the table's accesses, so it costs 1/k of the table's
-per-byte terms and all of its per-lookup and per-row terms at the same HBM share; it needs the trainer's id buffer in full and 1/k of its outputs. The shards of a
-table go to different GPUs and keep the same rows in HBM (TorchRec's ``column_wise``).
+per-byte terms and all of its per-lookup and per-row terms at the same HBM share; it needs the
+trainer's id buffer in full and 1/k of its outputs. The shards of a table go to different GPUs and keep the same rows in HBM (TorchRec's ``column_wise``).
 
 The solver places shards like tables (:class:`~recshard_stats.solver.problem.Problem` with a
 ``parent`` per entry); :func:`table_shards` folds a plan of entries back into the model's tables.
@@ -16,7 +16,7 @@ import dataclasses
 
 from recshard_stats.solver.plan import Plan
 from recshard_stats.solver.problem import Problem
-from recshard_stats.solver.waterfill import alone_cost, pooled_bound
+from recshard_stats.solver.waterfill import alone_cost, alone_uvm_time, pooled_bound
 
 # a table is cut until its shard alone costs at most this share of a GPU's pooled cost: pieces
 # of half a GPU's load or less pack evenly among the other tables
@@ -31,7 +31,7 @@ def choose_shards(problem: Problem, max_column_shards: int) -> tuple[int, ...]:
     for j, t in enumerate(problem.tables):
         k, most = 1, t.most_column_shards(problem.num_gpus, max_column_shards)
         # a table cheaper than the share in UVM is cheaper than it anywhere: no water-fill needed
-        while (k < most and Problem((t.column_shard(k),), problem.hardware).uvm_time(0) > share
+        while (k < most and alone_uvm_time(problem, t.column_shard(k)) > share
                and alone_cost(problem, t.column_shard(k)) > share):
             k *= 2
         shards.append(k)

@@ -27,18 +27,22 @@ from recshard_stats.solver.waterfill import split
 _REL = 1e-9  # a change must gain this share of a cost
 
 
-def has_fixed_costs(problem: Problem) -> bool:
+def has_call_costs(problem: Problem) -> bool:
+    """Whether the model has terms the solver's linear view leaves out: a call's fixed cost, its
+    longest bag, a split table's bags in its second tier."""
     costs = problem.hardware.costs
-    return costs.hbm.fixed_s > 0 or costs.host.fixed_s > 0
+    return any(getattr(t, term) > 0 for t in (costs.hbm, costs.host)
+               for term in ("fixed_s", "chain_s", "bag_s", "bag_byte_s"))
 
 
-class GpuCosts:
+class ExactGpuCost:
     """The exact cost of any set of tables on one GPU, their rows chosen with the calls counted."""
 
     def __init__(self, problem: Problem, pinned: dict[int, int]):
         self.problem = problem
         self.pinned = pinned     # entries whose rows stay as given (column shards)
         self.model = problem.hardware.costs
+        self._best: dict[tuple[int, ...], tuple[float, dict[int, int]]] = {}  # the search asks for a set again
 
     def cost(self, tables: list[int], rows: dict[int, int]) -> float:
         p = self.problem
@@ -73,6 +77,12 @@ class GpuCosts:
     def best(self, tables: list[int]) -> tuple[float, dict[int, int]]:
         """(cost, rows) of ``tables`` on one GPU: the water-fill, then groups emptied or filled
         while that lowers the cost (inf when their buffers or pinned rows do not fit)."""
+        key = tuple(sorted(tables))
+        if key not in self._best:
+            self._best[key] = self._search(list(key))
+        return self._best[key]
+
+    def _search(self, tables: list[int]) -> tuple[float, dict[int, int]]:
         p = self.problem
         capacity = p.rows_capacity(tables)
         if capacity < 0:
@@ -102,10 +112,10 @@ class GpuCosts:
 
 def refine(problem: Problem, plan: Plan, time_s: float, name: str | None = None) -> Plan:
     """``plan`` polished with the kernel calls counted: moves and swaps off the slowest GPU,
-    each GPU's rows by :meth:`GpuCosts.best`, until nothing helps or ``time_s`` is spent."""
+    each GPU's rows by :meth:`ExactGpuCost.best`, until nothing helps or ``time_s`` is spent."""
     deadline = time.time() + time_s
     shards = {j for group in problem.shard_groups for j in group}
-    model = GpuCosts(problem, {j: plan.rows_hbm[j] for j in shards})
+    model = ExactGpuCost(problem, {j: plan.rows_hbm[j] for j in shards})
     gpu = list(plan.gpu)
     on = [[j for j, g in enumerate(gpu) if g == h] for h in range(problem.num_gpus)]
     states = [model.best(tables) for tables in on]

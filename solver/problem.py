@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from recshard_stats.config import HardwareConfig, ModelConfig
-from recshard_stats.costmodel import TableLoad
+from recshard_stats.costmodel import TableLoad, tier_bags
 from recshard_stats.distributions import CountOfCounts
 from recshard_stats.errors import Reason, RecShardError, fmt_bytes
 from recshard_stats.stats_reader import StatsPartition
@@ -98,20 +98,20 @@ class TableDemand:
         values = np.asarray(values, dtype=np.float64)
         return np.where(values > 0, 1.0, 0.0) if q >= 1 else -np.expm1(values * np.log1p(-q))
 
+    @functools.cached_property
+    def _rows_in_batch(self) -> tuple[np.ndarray, float]:
+        """The chance a batch touches a row: per access-count class, and per never-seen row."""
+        return self._in_batch(self.row_values), float(self._in_batch(self.unseen_row_value))
+
     def distinct_rows(self, rows_hbm) -> np.ndarray:
         """Expected distinct rows a batch touches among the rows_hbm first rows of the remap (a
         row accessed v times in the profile is in a batch with chance 1 - (1 - B/N)^v)."""
         rows_hbm = np.asarray(rows_hbm, dtype=np.float64)
         if self.coc.total_accesses == 0:
             return np.zeros_like(rows_hbm)
-        per_row = self._in_batch(self.row_values)
-        seen = np.minimum(rows_hbm, self.unique_rows)
-        cum_rows = np.concatenate([[0.0], np.cumsum(self.coc.rows)])
-        cum = np.concatenate([[0.0], np.cumsum(self.coc.rows * per_row)])
-        seg = np.clip(np.searchsorted(cum_rows, seen, side="right") - 1, 0, len(per_row) - 1)
-        within = np.clip(seen - cum_rows[seg], 0, self.coc.rows[seg])
-        top = np.where(seen >= cum_rows[-1], cum[-1], cum[seg] + within * per_row[seg])
-        return top + float(self._in_batch(self.unseen_row_value)) * np.clip(rows_hbm - self.unique_rows, 0, None)
+        seen, unseen = self._rows_in_batch
+        return (self.coc.top_sum(np.minimum(rows_hbm, self.unique_rows), seen)
+                + unseen * np.clip(rows_hbm - self.unique_rows, 0, None))
 
     @functools.cached_property
     def distinct_per_batch(self) -> float:
@@ -220,8 +220,7 @@ class Problem:
             cheaper_in_hbm = costs.hbm.per_bag(table.row_bytes) <= costs.host.per_bag(table.row_bytes)
             bags_hbm, bags_host = (bags, 0.0) if cheaper_in_hbm else (0.0, bags)
         else:
-            rows = np.asarray(rows_hbm)
-            bags_hbm, bags_host = bags * (rows > 0), bags * (rows < table.hash_size)
+            bags_hbm, bags_host = tier_bags(bags, rows_hbm, table.hash_size)
         return TableLoad(gpu, table.accesses_per_batch, table.hbm_fraction(rows_hbm), distinct_hbm,
                          table.distinct_per_batch - distinct_hbm, table.row_bytes, table.size_bytes, comm_bytes,
                          bags_hbm, bags_host, table.longest_bag)
@@ -251,8 +250,8 @@ class Problem:
         lookup_hbm, lookup_host, distinct_hbm, distinct_host = self.hardware.costs.unit_costs(t.row_bytes, t.size_bytes)
         per_access = t.accesses_per_batch / max(t.coc.total_accesses, 1) * (lookup_host - lookup_hbm)
         per_distinct = distinct_host - distinct_hbm
-        return (t.row_values * per_access + t._in_batch(t.row_values) * per_distinct,
-                float(t.unseen_row_value * per_access + t._in_batch(t.unseen_row_value) * per_distinct))
+        seen, unseen = t._rows_in_batch
+        return t.row_values * per_access + seen * per_distinct, float(t.unseen_row_value * per_access + unseen * per_distinct)
 
     def uvm_time(self, j: int) -> float:
         """Per-batch seconds of table j with every access served from UVM."""

@@ -15,7 +15,7 @@ from recshard_stats.options import SolveOptions
 from recshard_stats.solver.baselines import all_baselines
 from recshard_stats.solver.column_split import TableShards, choose_shards, split_problem, table_shards
 from recshard_stats.solver.heuristic import balanced_plan
-from recshard_stats.solver.kernel_groups import has_fixed_costs, refine
+from recshard_stats.solver.kernel_groups import has_call_costs, refine
 from recshard_stats.solver.local_search import GpuCostModel, improve, lpt_plan
 from recshard_stats.solver.milp import MilpResult, solve_milp
 from recshard_stats.solver.plan import Plan, PlanCost, cost_plan, violations
@@ -109,10 +109,10 @@ def solve_problem(problem: Problem, options: SolveOptions = SolveOptions()) -> O
         searched = cost_plan(placed, improve(placed, best.plan, search_s, "recshard", model))
         if searched.max_cost < best.max_cost:
             best, source = searched, "local_search"
-    if has_fixed_costs(placed):
-        # the kernel calls' fixed costs, which everything above leaves out: the plan and each
+    if has_call_costs(placed):
+        # the kernel calls' costs, which everything above leaves out: the plan and the best
         # whole-table baseline rearranged with them counted, the baselines as they are beside them
-        whole = [cost_plan(placed, b.plan) for b in baselines] if placed is problem else []
+        whole = list(baselines) if placed is problem else []  # costed over ``problem``, which ``placed`` is
         starts = [best.plan] + [b.plan for b in sorted(whole, key=lambda b: b.max_cost)[:1]]
         budget = max(0.5, min(max(search_s, 2.0), options.time_limit_s - (time.time() - began)))
         for start_plan in starts:
@@ -121,7 +121,7 @@ def solve_problem(problem: Problem, options: SolveOptions = SolveOptions()) -> O
                 best, source = refined, "kernel_groups"
         for b in whole:
             if b.max_cost < best.max_cost * (1 - 1e-9):
-                best, source = cost_plan(placed, Plan("recshard", b.plan.gpu, b.plan.rows_hbm)), "warm_start"
+                best, source = dataclasses.replace(b, plan=dataclasses.replace(b.plan, name="recshard")), "warm_start"
     broken = violations(placed, best.plan)
     assert not broken, broken  # the split never exceeds a capacity by construction
     if all(t.most_column_shards(problem.num_gpus, options.max_column_shards) == 1 for t in problem.tables):

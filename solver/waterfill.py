@@ -140,6 +140,11 @@ def pooled_bound(problem: Problem) -> float:
     return total / problem.num_gpus
 
 
+def alone_uvm_time(problem: Problem, table: TableDemand) -> float:
+    """A table (or column shard) wholly in UVM, priced as the solver prices it."""
+    return Problem((table,), problem.hardware).uvm_time(0)
+
+
 def alone_cost(problem: Problem, table: TableDemand) -> float:
     """A table (or column shard) alone on a GPU with all of its HBM."""
     single = Problem((table,), problem.hardware)
@@ -154,7 +159,7 @@ def lower_bound(problem: Problem, max_column_shards: int = 1) -> float:
     of the G + 1 costliest such shards (each alone)."""
     g = problem.num_gpus
     shards = [t.column_shard(t.most_column_shards(g, max_column_shards)) for t in problem.tables]
-    uvm = [Problem((t,), problem.hardware).uvm_time(0) for t in shards]
+    uvm = [alone_uvm_time(problem, t) for t in shards]
     alone: list[float] = []
     # costliest in UVM first; a shard costs at most its UVM time, so once that is below the
     # (G + 1)-th costliest found, no later shard enters the top G + 1

@@ -9,7 +9,7 @@ import pytest
 
 from recshard_stats.costmodel import CostModel, PassTerms, TierTerms
 from recshard_stats.options import SolveOptions
-from recshard_stats.solver.kernel_groups import GpuCosts, refine
+from recshard_stats.solver.kernel_groups import ExactGpuCost, refine
 from recshard_stats.solver.plan import Plan, cost_plan, violations
 from recshard_stats.solver.problem import Problem
 from recshard_stats.solver.solve import polish, solve_problem
@@ -42,7 +42,7 @@ def test_an_hbm_tier_that_saves_less_than_its_call_is_emptied():
     problem = Problem((t,), hw)
     filled = polish(problem, Plan("p", (0,), (0,)))
     assert filled.rows_hbm[0] > 0
-    cost, rows = GpuCosts(problem, {}).best([0])
+    cost, rows = ExactGpuCost(problem, {}).best([0])
     assert rows[0] == 0
     assert cost == pytest.approx(cost_plan(problem, Plan("p", (0,), (0,))).max_cost, rel=1e-12)
     assert cost < cost_plan(problem, filled).max_cost
@@ -54,7 +54,7 @@ def test_refine_matches_every_assignment_enumerated(seed):
     and is within 2% of the best of all 243 assignments, each GPU's rows chosen alike."""
     base = random_problem(6, 3, seed=seed, hbm_share=0.2)
     problem = dataclasses.replace(base, hardware=dataclasses.replace(base.hardware, cost_model=CALLS))
-    oracle = GpuCosts(problem, {})
+    oracle = ExactGpuCost(problem, {})
     best = min(max(oracle.best([j for j in range(6) if gpu[j] == g])[0] for g in range(3))
                for gpu in itertools.product(range(3), repeat=6) if gpu[0] == 0)
     start = polish(problem, Plan("p", tuple(j % 3 for j in range(6)), (0,) * 6))
