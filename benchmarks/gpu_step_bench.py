@@ -199,9 +199,7 @@ def concatenated(parts) -> tuple[int, np.ndarray, np.ndarray]:
 # ---------------------------------------------------------------- measure (GPU: numpy + torch)
 
 def measure(inputs: str, out: str, device: str, reps: int, budget_s: float) -> None:
-    import torch
-
-    from recshard_stats.lookup_kernels import KernelGroup, WeightPools, time_groups
+    from recshard_stats.lookup_kernels import KernelGroup, WeightPools, device_name, release_cached_memory, time_groups
 
     started = time.time()
     scenarios = [Scenario(d) for d in sorted(pathlib.Path(inputs).iterdir()) if (d / "plans.json").is_file()]
@@ -235,14 +233,14 @@ def measure(inputs: str, out: str, device: str, reps: int, budget_s: float) -> N
                     timing = time_groups(groups, reps)
                     record = {"scenario": sc.name, "plan": plan["name"], "gpu": gpu, "batch": sc.meta["batch"],
                               "forward_ms": timing.forward_s * 1e3, "step_ms": timing.step_s * 1e3,
-                              "device": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu"}
+                              "device": device_name(device)}
                     sink.write(json.dumps(record) + "\n")
                     sink.flush()
                     print(f"{sc.name} {plan['name']:<18} gpu {gpu}: fwd {record['forward_ms']:.4f} ms, "
                           f"step {record['step_ms']:.4f} ms", flush=True)
                     del groups
                     if device.startswith("cuda"):
-                        torch.cuda.empty_cache()  # the captured graphs' pools
+                        release_cached_memory()  # the captured graphs' pools
 
 
 # ---------------------------------------------------------------- report (CPU)

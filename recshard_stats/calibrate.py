@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from recshard_stats.costmodel import (SPAN_HIGH_BYTES, SPAN_LOW_BYTES, CostModel, PassTerms, TierTerms,
-                                      calibration_to_file)
+                                      calibration_to_file, span_ramp)
 from recshard_stats.lookup_kernels import (HBM, HOST, TBE, TORCH, cuda_available, device_name, kernel_name,
                                            release_cached_memory, tbe_available)
 
@@ -79,9 +79,16 @@ def default_grid(device: str, host_gib: float) -> list[GridPoint]:
     return [grid[i] for i in np.random.default_rng(0).permutation(len(grid))]
 
 
-def draw_ids(point: GridPoint, rng: np.random.Generator) -> np.ndarray:
-    n = point.batch * point.pooling - int(point.batch * point.empty_share) * point.pooling
-    n += max(point.long_bag - point.pooling, 0)
+def bag_lengths(point: GridPoint, rng: np.random.Generator) -> np.ndarray:
+    """Ids per bag: ``pooling`` each, ``empty_share`` of the bags empty, one long bag if asked."""
+    lengths = np.full(point.batch, point.pooling)
+    lengths[rng.permutation(point.batch)[: int(point.batch * point.empty_share)]] = 0
+    if point.long_bag:
+        lengths[rng.integers(point.batch)] = point.long_bag
+    return lengths
+
+
+def draw_ids(point: GridPoint, n: int, rng: np.random.Generator) -> np.ndarray:
     if point.dist == "uniform":
         return rng.integers(0, point.rows, n)
     # Zipf over ranks (P(rank k) ~ 1/k), hot rows scattered over the table by a multiplicative hash
@@ -113,11 +120,8 @@ def measure_grid(grid: list[GridPoint], device: str, budget_s: float, reps: int 
         if time.time() - started > budget_s:
             progress(f"calibrate: budget of {budget_s:.0f}s spent after {i} of {len(grid)} configurations")
             break
-        ids = draw_ids(point, rng)
-        lengths = np.full(point.batch, point.pooling)
-        lengths[rng.permutation(point.batch)[: int(point.batch * point.empty_share)]] = 0
-        if point.long_bag:
-            lengths[rng.integers(point.batch)] = point.long_bag
+        lengths = bag_lengths(point, rng)
+        ids = draw_ids(point, int(lengths.sum()), rng)
         offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
         if kernel == TBE:
             group = TbeTable(point.tier, point.rows, point.dim, ids, offsets, device)
@@ -153,7 +157,7 @@ def measurements_from_grid_file(path: str | pathlib.Path) -> list[Measurement]:
 def design(ms: list[Measurement], low: float, high: float) -> np.ndarray:
     """Columns: 1, lookups, bytes looked up, distinct rows, their bytes, distinct rows x span ramp,
     bags, their output bytes."""
-    ramp = CostModel(PassTerms(), span_low_bytes=low, span_high_bytes=high).span_ramp([m.span_bytes for m in ms])
+    ramp = span_ramp([m.span_bytes for m in ms], low, high)
     lookups = np.array([m.lookups for m in ms], dtype=np.float64)
     distinct = np.array([m.distinct for m in ms], dtype=np.float64)
     row_bytes = np.array([m.row_bytes for m in ms], dtype=np.float64)
@@ -241,8 +245,8 @@ def _chain(ms: list[Measurement], terms: TierTerms, model: CostModel) -> float:
     work = design(long, model.span_low_bytes, model.span_high_bytes) @ _coefficients(terms)
     length = np.array([m.longest_bag for m in long], dtype=np.float64)
     choices = np.concatenate([[0.0], np.geomspace(1e-10, 1e-5, 301)])
-    error = [float((np.log(np.maximum(work, c * length)) - np.log(t)) @ (np.log(np.maximum(work, c * length)) - np.log(t)))
-             for c in choices]
+    predicted = np.maximum(work[None, :], choices[:, None] * length[None, :])
+    error = ((np.log(predicted) - np.log(t)[None, :]) ** 2).sum(axis=1)  # in log: small and large alike
     return float(choices[int(np.argmin(error))])
 
 

@@ -116,13 +116,8 @@ def time_groups(groups: list[KernelGroup], reps: int = 10) -> Timing:
     out = {}
     for name, run in runs.items():
         if not cuda:
-            run()
-            times = []
-            for _ in range(reps):
-                t0 = time.perf_counter()
-                run()
-                times.append(time.perf_counter() - t0)
-            out[name] = float(np.median(times))
+            run()  # warm-up
+            out[name] = median_seconds(run, False, reps)
             continue
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
@@ -134,17 +129,29 @@ def time_groups(groups: list[KernelGroup], reps: int = 10) -> Timing:
             run()
         graph.replay()
         torch.cuda.synchronize()
-        times = []
-        for _ in range(reps):
+        out[name] = median_seconds(graph.replay, True, reps)
+        del graph
+    return Timing(out["forward"], out["step"])
+
+
+def median_seconds(run, cuda: bool, reps: int) -> float:
+    """Median seconds of ``reps`` calls of ``run`` (CUDA events on a GPU, the wall clock on CPU)."""
+    import torch
+
+    times = []
+    for _ in range(reps):
+        if cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            graph.replay()
+            run()
             end.record()
             end.synchronize()
             times.append(start.elapsed_time(end) / 1e3)
-        out[name] = float(np.median(times))
-        del graph
-    return Timing(out["forward"], out["step"])
+        else:
+            t0 = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - t0)
+    return float(np.median(times))
 
 
 TORCH, TBE = "torch", "tbe"
@@ -198,25 +205,10 @@ class TbeTable:
 
 def time_tbe(table: TbeTable, reps: int = 10) -> Timing:
     """Median seconds of the TBE forward and step, run eagerly (CUDA events on a GPU)."""
-    import torch
-
     out = {}
     for name, run in (("forward", table.forward), ("step", table.step)):
-        run()
-        times = []
-        for _ in range(reps):
-            if table.cuda:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                run()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end) / 1e3)
-            else:
-                t0 = time.perf_counter()
-                run()
-                times.append(time.perf_counter() - t0)
-        out[name] = float(np.median(times))
+        run()  # warm-up
+        out[name] = median_seconds(run, table.cuda, reps)
     return Timing(out["forward"], out["step"])
 
 
