@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import sys
 import time
@@ -85,6 +86,7 @@ def _plans(manifest) -> list[dict]:
 def prepare(manifest_path: str, logs: str, batch: int, out: str) -> pathlib.Path:
     import pyarrow.dataset as ds
 
+    from recshard_stats.atomic import temp_sibling, write_text_atomic
     from recshard_stats.hashing import keys_of, rows_of
     from recshard_stats.manifest import load_manifest
 
@@ -112,14 +114,21 @@ def prepare(manifest_path: str, logs: str, batch: int, out: str) -> pathlib.Path
         tables.append({"name": t.name, "hash_size": t.hash_size, "dim": t.dim, "row_bytes": t.row_bytes})
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(out / "ids.npz", **arrays)
+    # ids first, plans.json last: a scenario is ready (measure reads it) only once both are whole
+    tmp = temp_sibling(out / "ids.npz")
+    try:
+        with open(tmp, "wb") as handle:
+            np.savez_compressed(handle, **arrays)
+        os.replace(tmp, out / "ids.npz")
+    finally:
+        tmp.unlink(missing_ok=True)
     meta = {"manifest": str(loaded.path), "logs": logs, "batch": batch, "num_gpus": manifest.num_gpus,
             "tables": tables, "plans": _plans(manifest),
             "predicted_ms": {"recshard": list(g.predicted_cost_ms for g in manifest.gpus),
                              **{b.name: list(b.gpu_cost_ms) for b in manifest.plan.baselines},
                              **{p.name: list(p.gpu_cost_ms) for p in manifest.plan.torchrec if p.error is None}},
             "manifest_batch": manifest.hardware.batch_size}
-    (out / "plans.json").write_text(json.dumps(meta, indent=1))
+    write_text_atomic(out / "plans.json", json.dumps(meta, indent=1))
     return out
 
 
