@@ -24,8 +24,9 @@ from airflow.providers.standard.sensors.python import PythonSensor
 from airflow.sdk import DAG, Param
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-DEFAULTS = yaml.safe_load(pathlib.Path(os.environ.get("RECSHARD_AIRFLOW_CONF", ROOT / "conf" / "airflow.yaml"))
-                          .read_text())
+DEFAULTS = yaml.safe_load(
+    pathlib.Path(os.environ.get("RECSHARD_AIRFLOW_CONF", ROOT / "conf" / "airflow.yaml")).read_text()
+)
 PATHS = ("model", "hardware", "recshard", "pyspark_python", "py_files")
 
 
@@ -39,8 +40,10 @@ def _default(key: str):
 def setting(key: str) -> str:
     """A templated setting: the run's conf if it gives the key, else Variable recshard_<key>, else
     the file's default (the param's default)."""
-    return ("{{ dag_run.conf['%s'] if '%s' in (dag_run.conf or {}) else var.value.get('recshard_%s', params.%s) }}"
-            % (key, key, key, key))
+    return (
+        f"{{{{ dag_run.conf['{key}'] if '{key}' in (dag_run.conf or {{}}) "
+        f"else var.value.get('recshard_{key}', params.{key}) }}}}"
+    )
 
 
 def _logs_landed(marker: str) -> bool:
@@ -49,13 +52,22 @@ def _logs_landed(marker: str) -> bool:
 
 STATS = setting("stats_root") + "/ds={{ ds }}"
 MANIFEST = "{{ ti.xcom_pull(task_ids='solve') }}"
-SPARK_CONF = {"spark.pyspark.python": setting("pyspark_python"),
-              "spark.pyspark.driver.python": setting("pyspark_python")}
+SPARK_CONF = {
+    "spark.pyspark.python": setting("pyspark_python"),
+    "spark.pyspark.driver.python": setting("pyspark_python"),
+}
+
 
 def spark_job(task_id: str, job: str, args: list[str]) -> SparkSubmitOperator:
-    return SparkSubmitOperator(task_id=task_id, application=str(ROOT / "jobs" / f"{job}_job.py"),
-                               conn_id=DEFAULTS["spark_conn_id"], conf=SPARK_CONF, py_files=setting("py_files"),
-                               name=f"recshard-{job}-{{{{ ds }}}}", application_args=args)
+    return SparkSubmitOperator(
+        task_id=task_id,
+        application=str(ROOT / "jobs" / f"{job}_job.py"),
+        conn_id=DEFAULTS["spark_conn_id"],
+        conf=SPARK_CONF,
+        py_files=setting("py_files"),
+        name=f"recshard-{job}-{{{{ ds }}}}",
+        application_args=args,
+    )
 
 
 with DAG(
@@ -78,22 +90,54 @@ with DAG(
         timeout=DEFAULTS["logs_wait_hours"] * 3600,
         mode="reschedule",
     )
-    profile = spark_job("profile", "profile", [
-        "--model", setting("model"), "--input", setting("logs_root") + "/ds={{ ds }}", "--out", setting("stats_root"),
-        "--ds", "{{ ds }}", "--row-counts"])
+    profile = spark_job(
+        "profile",
+        "profile",
+        [
+            "--model",
+            setting("model"),
+            "--input",
+            setting("logs_root") + "/ds={{ ds }}",
+            "--out",
+            setting("stats_root"),
+            "--ds",
+            "{{ ds }}",
+            "--row-counts",
+        ],
+    )
     solve = BashOperator(
         task_id="solve",  # prints the manifest's path last: that line is the XCom
-        bash_command=(setting("recshard") + " solve --stats " + STATS + " --model " + setting("model")
-                      + " --hardware " + setting("hardware") + " --out " + setting("manifests_root")
-                      + " --ds {{ ds }} --solver " + setting("solver") + " --time-limit " + setting("time_limit")),
+        bash_command=(
+            setting("recshard")
+            + " solve --stats "
+            + STATS
+            + " --model "
+            + setting("model")
+            + " --hardware "
+            + setting("hardware")
+            + " --out "
+            + setting("manifests_root")
+            + " --ds {{ ds }} --solver "
+            + setting("solver")
+            + " --time-limit "
+            + setting("time_limit")
+        ),
     )
     remap = spark_job("remap", "remap", ["--manifest", MANIFEST, "--stats", STATS])
     validate = BashOperator(
         task_id="validate",
-        bash_command=setting("recshard") + " validate --manifest " + MANIFEST + " --model " + setting("model"),
+        bash_command=setting("recshard")
+        + " validate --manifest "
+        + MANIFEST
+        + " --model "
+        + setting("model"),
     )
     publish = BashOperator(
         task_id="publish",
-        bash_command=setting("recshard") + " publish --manifest " + MANIFEST + " --root " + setting("manifests_root"),
+        bash_command=setting("recshard")
+        + " publish --manifest "
+        + MANIFEST
+        + " --root "
+        + setting("manifests_root"),
     )
     wait_for_logs >> profile >> solve >> remap >> validate >> publish

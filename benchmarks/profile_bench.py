@@ -27,17 +27,28 @@ import shutil
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-JOBS = ("scan", "full scan", "handwritten", "duckdb", "profile", "profile --row-counts",
-        "profile, Spark's reader")
+JOBS = (
+    "scan",
+    "full scan",
+    "handwritten",
+    "duckdb",
+    "profile",
+    "profile --row-counts",
+    "profile, Spark's reader",
+)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
     parser.add_argument("--spec", default=str(ROOT / "conf" / "synthetic.yaml"))
     parser.add_argument("--work", default="/tmp/recshard-bench")
     parser.add_argument("--driver-memory", default="8g")
-    parser.add_argument("--rounds", type=int, default=1, help="time each job this many times, keep the fastest")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="time each job this many times, keep the fastest"
+    )
     args = parser.parse_args()
 
     import duckdb
@@ -66,9 +77,16 @@ def main() -> None:
 
     def scan(n):
         df = spark.read.parquet(str(logs[n]))
-        terms = [F.coalesce(F.size(f.name), F.lit(0)) if is_multi_hot(f.type)
-                 else F.col(f.name).isNotNull().cast("int") for f in features]
-        return df.select(sum(terms).alias("ids")).agg(F.sum("ids")).collect()[0][0]
+        terms = [
+            F.coalesce(F.size(f.name), F.lit(0))
+            if is_multi_hot(f.type)
+            else F.col(f.name).isNotNull().cast("int")
+            for f in features
+        ]
+        total = terms[0]
+        for term in terms[1:]:
+            total = total + term
+        return df.select(total.alias("ids")).agg(F.sum("ids")).collect()[0][0]
 
     def full_scan(n):
         df = spark.read.parquet(str(logs[n]))
@@ -95,23 +113,42 @@ def main() -> None:
         parts = []
         for f in features:
             value = f"UNNEST({f.name})" if is_multi_hot(f.type) else f.name
-            key = "(hash(x) >> 1)::BIGINT" if "string" in f.type else "x"  # strings: a 63-bit hash, as Spark's
+            key = (
+                "(hash(x) >> 1)::BIGINT" if "string" in f.type else "x"
+            )  # strings: a 63-bit hash, as Spark's
             parts.append(f"SELECT '{f.name}' AS feature, {key} AS id FROM (SELECT {value} AS x FROM {files})")
         query = " UNION ALL ".join(parts)
         out = work / f"duckdb-{n}.parquet"
-        con.execute(f"COPY (SELECT feature, id, count(*) AS count FROM ({query}) WHERE id IS NOT NULL "
-                    f"GROUP BY feature, id) TO '{out}' (FORMAT parquet)")
+        con.execute(
+            f"COPY (SELECT feature, id, count(*) AS count FROM ({query}) WHERE id IS NOT NULL "
+            f"GROUP BY feature, id) TO '{out}' (FORMAT parquet)"
+        )
         con.close()
 
     def profile(n, row_counts=False, parquet_reader="arrow"):
         out = work / f"bench-stats-{n}"
         shutil.rmtree(out, ignore_errors=True)
-        profile_logs(spark, ProfileOptions(model=args.spec, inputs=(str(logs[n]),), out=str(out), ds="2026-12-01",
-                                           row_counts=row_counts, parquet_reader=parquet_reader))
+        profile_logs(
+            spark,
+            ProfileOptions(
+                model=args.spec,
+                inputs=(str(logs[n]),),
+                out=str(out),
+                ds="2026-12-01",
+                row_counts=row_counts,
+                parquet_reader=parquet_reader,
+            ),
+        )
 
-    jobs = {"scan": scan, "full scan": full_scan, "handwritten": handwritten, "duckdb": with_duckdb,
-            "profile": profile, "profile --row-counts": lambda n: profile(n, row_counts=True),
-            "profile, Spark's reader": lambda n: profile(n, parquet_reader="spark")}
+    jobs = {
+        "scan": scan,
+        "full scan": full_scan,
+        "handwritten": handwritten,
+        "duckdb": with_duckdb,
+        "profile": profile,
+        "profile --row-counts": lambda n: profile(n, row_counts=True),
+        "profile, Spark's reader": lambda n: profile(n, parquet_reader="spark"),
+    }
     for job in jobs.values():  # warm the JVM (JIT, class loading) so the first size is not penalised
         job(args.sizes[0])
     results = {}
@@ -131,8 +168,10 @@ def main() -> None:
         print(f"\n{n} samples, {ids} ids, {cores} cores (machine cpus={os.cpu_count()})")
         print(f"{'job':>22} {'seconds':>9} {'M ids/s/core':>13} {'profile / job':>14}")
         for name in JOBS:
-            print(f"{name:>22} {seconds[name]:>9.1f} {ids / seconds[name] / cores / 1e6:>13.2f} "
-                  f"{prof / seconds[name]:>14.2f}")
+            print(
+                f"{name:>22} {seconds[name]:>9.1f} {ids / seconds[name] / cores / 1e6:>13.2f} "
+                f"{prof / seconds[name]:>14.2f}"
+            )
         extra = seconds["profile --row-counts"] / prof - 1
         print(f"--row-counts adds {extra:.0%} to the profile\n", flush=True)
     if len(results) > 1:

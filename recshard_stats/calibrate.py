@@ -20,23 +20,40 @@ import time
 
 import numpy as np
 
-from recshard_stats.costmodel import (SPAN_HIGH_BYTES, SPAN_LOW_BYTES, CostModel, PassTerms, TierTerms,
-                                      calibration_to_file, span_ramp)
-from recshard_stats.lookup_kernels import (HBM, HOST, TBE, TORCH, cuda_available, device_name, kernel_name,
-                                           release_cached_memory, tbe_available)
+from recshard_stats.costmodel import (
+    SPAN_HIGH_BYTES,
+    SPAN_LOW_BYTES,
+    CostModel,
+    PassTerms,
+    TierTerms,
+    calibration_to_file,
+    span_ramp,
+)
+from recshard_stats.lookup_kernels import (
+    HBM,
+    HOST,
+    TBE,
+    TORCH,
+    cuda_available,
+    device_name,
+    kernel_name,
+    release_cached_memory,
+    tbe_available,
+)
+from recshard_stats.units import GIB, MS_PER_S, NS, PS, US
 
-GIB = 2 ** 30
 # the fitted terms, in the order of the design matrix's columns after the constant
 FEATURES = ("lookup_s", "byte_s", "distinct_s", "distinct_byte_s", "span_distinct_s", "bag_s", "bag_byte_s")
-DEFAULT_BUDGET_S, DEFAULT_HOST_GIB, DEFAULT_REPS = 180.0, 8.0, 10   # `recshard calibrate`'s defaults
-MIN_SECONDS = 1e-6   # a floor for the fit's relative weights
-LONG_BAG = 512       # the long bag the grid's chain configurations hold
-POOR_FIT = 0.9       # a step fit below this R^2 is reported as poor
+DEFAULT_BUDGET_S, DEFAULT_HOST_GIB, DEFAULT_REPS = 180.0, 8.0, 10  # `recshard calibrate`'s defaults
+MIN_SECONDS = 1e-6  # a floor for the fit's relative weights
+LONG_BAG = 512  # the long bag the grid's chain configurations hold
+POOR_FIT = 0.9  # a step fit below this R^2 is reported as poor
 
 
 @dataclasses.dataclass(frozen=True)
 class Measurement:
     """One configuration's shape and its times (seconds)."""
+
     tier: str
     lookups: int
     distinct: int
@@ -56,25 +73,32 @@ class GridPoint:
     batch: int
     pooling: int
     dist: str
-    empty_share: float = 0.0   # share of the bags left empty (a split table's other tier has many)
-    long_bag: int = 0          # one bag of this many ids (a multi-hot feature's longest)
+    empty_share: float = 0.0  # share of the bags left empty (a split table's other tier has many)
+    long_bag: int = 0  # one bag of this many ids (a multi-hot feature's longest)
 
 
 def default_grid(device: str, host_gib: float) -> list[GridPoint]:
     """Tables from 64 MiB to ``host_gib`` (spanning both host regimes), dims 16-256, batch 2048 to
     65536, one id or ten per bag, uniform and skewed ids; on CPU a small grid that only checks
     the loop."""
+    dims: tuple[int, ...]
+    spans: tuple[int, ...]
+    batches: tuple[int, ...]
+    pools: tuple[int, ...]
     if device == "cpu":
-        dims, spans, batches, pools = (16, 64), (2 ** 22, 2 ** 24), (256, 1024), (1, 4)
+        dims, spans, batches, pools = (16, 64), (2**22, 2**24), (256, 1024), (1, 4)
     else:
         dims, batches, pools = (16, 64, 256), (2048, 16384, 65536), (1, 10)
-        spans = tuple(s for s in (2 ** 26, 2 ** 28, 2 ** 30, 2 ** 31, 2 ** 32, 2 ** 33) if s <= host_gib * GIB)
+        spans = tuple(s for s in (2**26, 2**28, 2**30, 2**31, 2**32, 2**33) if s <= host_gib * GIB)
     # bags of one id, of ten, of one id with 7 in 8 bags empty (bags apart from lookups), and of
     # one id but one bag of 512 (the longest bag's serial sum)
     shapes = [(pf, 0.0, 0) for pf in pools] + [(1, 0.875, 0), (1, 0.0, LONG_BAG)]
-    grid = [GridPoint(tier, dim, span // (4 * dim), batch, pf, dist, empty, long)
-            for tier, dim, span, batch, (pf, empty, long), dist in itertools.product(
-                (HBM, HOST), dims, spans, batches, shapes, ("uniform", "zipf"))]
+    grid = [
+        GridPoint(tier, dim, span // (4 * dim), batch, pf, dist, empty, long)
+        for tier, dim, span, batch, (pf, empty, long), dist in itertools.product(
+            (HBM, HOST), dims, spans, batches, shapes, ("uniform", "zipf")
+        )
+    ]
     # a sweep cut short by the budget still covers every tier, size and batch
     return [grid[i] for i in np.random.default_rng(0).permutation(len(grid))]
 
@@ -102,18 +126,28 @@ def _zipf_ranks(rows: int, n: int, rng: np.random.Generator) -> np.ndarray:
     return np.floor(np.expm1(u * math.log(rows + 1.0))).astype(np.int64)
 
 
-def measure_grid(grid: list[GridPoint], device: str, budget_s: float, reps: int = DEFAULT_REPS,
-                 progress=print, kernel: str = TORCH) -> list[Measurement]:
+def measure_grid(
+    grid: list[GridPoint],
+    device: str,
+    budget_s: float,
+    reps: int = DEFAULT_REPS,
+    progress=print,
+    kernel: str = TORCH,
+) -> list[Measurement]:
     """Times each point in turn until the budget is spent (plain PyTorch: one pool per tier,
     allocated once; TBE: a module per point, its own memory)."""
     from recshard_stats.lookup_kernels import KernelGroup, TbeTable, WeightPools, time_groups, time_tbe
 
-    largest = {tier: max((p.rows * p.dim * 4 for p in grid if p.tier == tier), default=4) for tier in (HBM, HOST)}
+    largest = {
+        tier: max((p.rows * p.dim * 4 for p in grid if p.tier == tier), default=4) for tier in (HBM, HOST)
+    }
     started = time.time()
     if kernel == TORCH:
         pools = WeightPools(device, largest[HBM], largest[HOST])
-        progress(f"calibrate: pools ready in {time.time() - started:.1f}s (HBM {largest[HBM] / GIB:.2f} GiB, "
-                 f"host {largest[HOST] / GIB:.2f} GiB, device {device})")
+        progress(
+            f"calibrate: pools ready in {time.time() - started:.1f}s (HBM {largest[HBM] / GIB:.2f} GiB, "
+            f"host {largest[HOST] / GIB:.2f} GiB, device {device})"
+        )
     rng = np.random.default_rng(1)
     out = []
     for i, point in enumerate(grid):
@@ -124,15 +158,26 @@ def measure_grid(grid: list[GridPoint], device: str, budget_s: float, reps: int 
         ids = draw_ids(point, int(lengths.sum()), rng)
         offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
         if kernel == TBE:
-            group = TbeTable(point.tier, point.rows, point.dim, ids, offsets, device)
-            timing, distinct = time_tbe(group, reps), group.distinct
+            tbe = TbeTable(point.tier, point.rows, point.dim, ids, offsets, device)
+            timing, distinct = time_tbe(tbe, reps), tbe.distinct
+            del tbe  # its module (and on CUDA its captured graphs) before the next configuration
         else:
             group = KernelGroup.of(pools.weights(point.tier, point.rows, point.dim), ids, offsets)
-            timing, distinct = time_groups([group], reps), int(len(group.distinct))
-        out.append(Measurement(point.tier, len(ids), distinct, point.dim * 4,
-                               point.rows * point.dim * 4, timing.forward_s, timing.step_s, point.batch,
-                               int(lengths.max())))
-        del group
+            timing, distinct = time_groups([group], reps), len(group.distinct)
+            del group
+        out.append(
+            Measurement(
+                point.tier,
+                len(ids),
+                distinct,
+                point.dim * 4,
+                point.rows * point.dim * 4,
+                timing.forward_s,
+                timing.step_s,
+                point.batch,
+                int(lengths.max()),
+            )
+        )
         if (i + 1) % 20 == 0:
             if device.startswith("cuda"):
                 release_cached_memory()  # the captured graphs' pools, the TBE modules
@@ -148,9 +193,19 @@ def measurements_from_grid_file(path: str | pathlib.Path) -> list[Measurement]:
         if r.get("kind") != "calib":
             continue
         row_bytes = r["bytes"] // r["lookups"]
-        out.append(Measurement(HBM if r["tier"] == "hbm" else HOST, r["lookups"], r["unique"], row_bytes,
-                               r["rows"] * row_bytes, r["fwd"]["ms"] / 1e3, r["full"]["ms"] / 1e3, r["batch"],
-                               r["pf"]))
+        out.append(
+            Measurement(
+                HBM if r["tier"] == "hbm" else HOST,
+                r["lookups"],
+                r["unique"],
+                row_bytes,
+                r["rows"] * row_bytes,
+                r["fwd"]["ms"] / MS_PER_S,
+                r["full"]["ms"] / MS_PER_S,
+                r["batch"],
+                r["pf"],
+            )
+        )
     return out
 
 
@@ -162,8 +217,18 @@ def design(ms: list[Measurement], low: float, high: float) -> np.ndarray:
     distinct = np.array([m.distinct for m in ms], dtype=np.float64)
     row_bytes = np.array([m.row_bytes for m in ms], dtype=np.float64)
     bags = np.array([m.bags for m in ms], dtype=np.float64)
-    return np.column_stack([np.ones(len(ms)), lookups, lookups * row_bytes, distinct, distinct * row_bytes,
-                            distinct * ramp, bags, bags * row_bytes])
+    return np.column_stack(
+        [
+            np.ones(len(ms)),
+            lookups,
+            lookups * row_bytes,
+            distinct,
+            distinct * row_bytes,
+            distinct * ramp,
+            bags,
+            bags * row_bytes,
+        ]
+    )
 
 
 def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -206,24 +271,29 @@ class TierFit:
 @dataclasses.dataclass(frozen=True)
 class Fit:
     model: CostModel
-    fits: dict[str, dict[str, TierFit]]    # pass ("forward", "backward", "step") -> tier -> fit
+    fits: dict[str, dict[str, TierFit]]  # pass ("forward", "backward", "step") -> tier -> fit
 
     def summary(self) -> str:
         lines = [f"{'pass':<9} {'tier':<5} {'R^2':>7} {'configs':>8}  terms"]
         for p, tiers in self.fits.items():
             for tier, fit in tiers.items():
                 t = fit.terms
-                lines.append(f"{p:<9} {tier:<5} {fit.r2:>7.4f} {fit.configurations:>8}  fixed {t.fixed_s * 1e6:.2f} us, "
-                             f"lookup {t.lookup_s * 1e9:.3f} ns + {t.byte_s * 1e12:.3f} ps/B, distinct row "
-                             f"{t.distinct_s * 1e9:.3f} ns + {t.distinct_byte_s * 1e12:.3f} ps/B "
-                             f"+ {t.span_distinct_s * 1e9:.3f} ns x span ramp, bag {t.bag_s * 1e9:.3f} ns "
-                             f"+ {t.bag_byte_s * 1e12:.3f} ps/B, chain {t.chain_s * 1e9:.1f} ns per id")
-        lines.append(f"host span ramp: {self.model.span_low_bytes / GIB:g} GiB -> {self.model.span_high_bytes / GIB:g} GiB")
+                lines.append(
+                    f"{p:<9} {tier:<5} {fit.r2:>7.4f} {fit.configurations:>8}  fixed {t.fixed_s / US:.2f} us, "
+                    f"lookup {t.lookup_s / NS:.3f} ns + {t.byte_s / PS:.3f} ps/B, distinct row "
+                    f"{t.distinct_s / NS:.3f} ns + {t.distinct_byte_s / PS:.3f} ps/B "
+                    f"+ {t.span_distinct_s / NS:.3f} ns x span ramp, bag {t.bag_s / NS:.3f} ns "
+                    f"+ {t.bag_byte_s / PS:.3f} ps/B, chain {t.chain_s / NS:.1f} ns per id"
+                )
+        lines.append(
+            f"host span ramp: {self.model.span_low_bytes / GIB:g} GiB -> {self.model.span_high_bytes / GIB:g} GiB"
+        )
         return "\n".join(lines)
 
 
-def _fit_tier(ms: list[Measurement], y: np.ndarray, low: float, high: float, host: bool,
-              scale: np.ndarray | None = None) -> TierFit:
+def _fit_tier(
+    ms: list[Measurement], y: np.ndarray, low: float, high: float, host: bool, scale: np.ndarray | None = None
+) -> TierFit:
     """NNLS with each row divided by sqrt(``scale``, default y): between absolute error (where the
     largest configurations set the fixed terms, 8x too high for small batches on the shared H200
     grid) and relative error (where the largest are underfit); R^2 is on the absolute times."""
@@ -259,33 +329,50 @@ def fit(ms: list[Measurement]) -> Fit:
     by_tier = {tier: [m for m in ms if m.tier == tier] for tier in (HBM, HOST)}
     missing = [tier for tier, sub in by_tier.items() if len(sub) < 6]
     if missing:
-        raise ValueError(f"too few measurements to fit tier(s) {', '.join(missing)} (need 6 each, have "
-                         f"{', '.join(f'{t}: {len(s)}' for t, s in by_tier.items())}); raise --budget-s")
+        raise ValueError(
+            f"too few measurements to fit tier(s) {', '.join(missing)} (need 6 each, have "
+            f"{', '.join(f'{t}: {len(s)}' for t, s in by_tier.items())}); raise --budget-s"
+        )
     host = by_tier[HOST]
     step_y = np.array([m.step_s for m in host])
     # the ramp's ends: powers of 2 from half the smallest host table to twice the largest
     smallest, largest = min(m.span_bytes for m in host), max(m.span_bytes for m in host)
-    spans = [2.0 ** k for k in range(int(math.log2(smallest)) - 1, int(math.log2(largest)) + 2)]
+    spans = [2.0**k for k in range(int(math.log2(smallest)) - 1, int(math.log2(largest)) + 2)]
     low, high = SPAN_LOW_BYTES, SPAN_HIGH_BYTES
     if smallest < largest:
-        low, high = max(((lo, hi) for lo, hi in itertools.combinations(spans, 2)),
-                        key=lambda p: _fit_tier(host, step_y, p[0], p[1], True).r2)
+        low, high = max(
+            ((lo, hi) for lo, hi in itertools.combinations(spans, 2)),
+            key=lambda p: _fit_tier(host, step_y, p[0], p[1], True).r2,
+        )
     fits: dict[str, dict[str, TierFit]] = {"forward": {}, "backward": {}, "step": {}}
     for tier, sub in by_tier.items():
         forward = np.array([m.forward_s for m in sub])
         step = np.array([m.step_s for m in sub])
         fits["forward"][tier] = _fit_tier(sub, forward, low, high, tier == HOST)
-        fits["backward"][tier] = _fit_tier(sub, np.maximum(step - forward, 0.0), low, high, tier == HOST, step)
+        fits["backward"][tier] = _fit_tier(
+            sub, np.maximum(step - forward, 0.0), low, high, tier == HOST, step
+        )
         both = fits["forward"][tier].terms + fits["backward"][tier].terms
-        fits["step"][tier] = TierFit(both, r_squared(step, design(sub, low, high) @ _coefficients(both)), len(sub))
-    model = CostModel(PassTerms(fits["forward"][HBM].terms, fits["forward"][HOST].terms),
-                      PassTerms(fits["backward"][HBM].terms, fits["backward"][HOST].terms), low, high,
-                      source="calibration")
-    forward = {tier: dataclasses.replace(fits["forward"][tier].terms,
-                                         chain_s=_chain(chains[tier], fits["forward"][tier].terms, model))
-               for tier in (HBM, HOST)}
-    fits["forward"] = {tier: dataclasses.replace(f, terms=forward[tier]) for tier, f in fits["forward"].items()}
-    return Fit(dataclasses.replace(model, forward=PassTerms(forward[HBM], forward[HOST])), fits)
+        fits["step"][tier] = TierFit(
+            both, r_squared(step, design(sub, low, high) @ _coefficients(both)), len(sub)
+        )
+    model = CostModel(
+        PassTerms(fits["forward"][HBM].terms, fits["forward"][HOST].terms),
+        PassTerms(fits["backward"][HBM].terms, fits["backward"][HOST].terms),
+        low,
+        high,
+        source="calibration",
+    )
+    chained = {
+        tier: dataclasses.replace(
+            fits["forward"][tier].terms, chain_s=_chain(chains[tier], fits["forward"][tier].terms, model)
+        )
+        for tier in (HBM, HOST)
+    }
+    fits["forward"] = {
+        tier: dataclasses.replace(f, terms=chained[tier]) for tier, f in fits["forward"].items()
+    }
+    return Fit(dataclasses.replace(model, forward=PassTerms(chained[HBM], chained[HOST])), fits)
 
 
 def _coefficients(t: TierTerms) -> np.ndarray:
@@ -294,32 +381,56 @@ def _coefficients(t: TierTerms) -> np.ndarray:
 
 def calibration_document(result: Fit, device_name: str, kernel: str, measured_on: str) -> dict:
     return calibration_to_file(
-        result.model, device=device_name, kernel=kernel, measured_on=measured_on,
+        result.model,
+        device=device_name,
+        kernel=kernel,
+        measured_on=measured_on,
         created_at=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        fit={p: {tier: {"r2": round(f.r2, 4), "configurations": f.configurations} for tier, f in tiers.items()}
-             for p, tiers in result.fits.items()})
+        fit={
+            p: {tier: {"r2": round(f.r2, 4), "configurations": f.configurations} for tier, f in tiers.items()}
+            for p, tiers in result.fits.items()
+        },
+    )
 
 
-def calibrate(out: str | pathlib.Path, device: str = "cuda", budget_s: float = DEFAULT_BUDGET_S,
-              host_gib: float = DEFAULT_HOST_GIB, reps: int = DEFAULT_REPS, from_grid: str | None = None, measurements_out: str | None = None,
-              progress=print, kernel: str = "auto") -> Fit:
+def calibrate(
+    out: str | pathlib.Path,
+    device: str = "cuda",
+    budget_s: float = DEFAULT_BUDGET_S,
+    host_gib: float = DEFAULT_HOST_GIB,
+    reps: int = DEFAULT_REPS,
+    from_grid: str | None = None,
+    measurements_out: str | None = None,
+    progress=print,
+    kernel: str = "auto",
+) -> Fit:
     """Measure (or read ``from_grid``), fit, and write the calibration file atomically."""
     from recshard_stats.atomic import write_text_atomic
     from recshard_stats.errors import Reason, RecShardError
 
     if from_grid is not None:
-        ms, name, kernel, where = measurements_from_grid_file(from_grid), "from grid", "as measured", str(from_grid)
+        ms, name, kernel, where = (
+            measurements_from_grid_file(from_grid),
+            "from grid",
+            "as measured",
+            str(from_grid),
+        )
         name = _grid_device(from_grid) or name
     else:
         if device.startswith("cuda") and not cuda_available():
-            raise RecShardError(Reason.NO_DEVICE, "no CUDA GPU is visible to torch: calibrate measures the GPU the "
-                                "trainer will run on", fixes=("run it on the training machine",
-                                                              "--device cpu only checks the measuring loop"))
+            raise RecShardError(
+                Reason.NO_DEVICE,
+                "no CUDA GPU is visible to torch: calibrate measures the GPU the trainer will run on",
+                fixes=("run it on the training machine", "--device cpu only checks the measuring loop"),
+            )
         if kernel == "auto":  # what TorchRec runs where it can, else the plain-PyTorch kernels
             kernel = TBE if tbe_available(device) and device != "cpu" else TORCH
         elif kernel == TBE and not tbe_available(device):
-            raise RecShardError(Reason.NO_DEVICE, f"FBGEMM's TBE has no kernels for {device} here",
-                                fixes=("install fbgemm_gpu built for this torch and GPU", "--kernel torch"))
+            raise RecShardError(
+                Reason.NO_DEVICE,
+                f"FBGEMM's TBE has no kernels for {device} here",
+                fixes=("install fbgemm_gpu built for this torch and GPU", "--kernel torch"),
+            )
         grid = default_grid("cpu" if device == "cpu" else "cuda", host_gib)
         ms = measure_grid(grid, device, budget_s, reps, progress, kernel)
         name, kernel, where = device_name(device), kernel_name(kernel), f"{len(ms)} configurations measured"
@@ -329,13 +440,18 @@ def calibrate(out: str | pathlib.Path, device: str = "cuda", budget_s: float = D
     progress(result.summary())
     for tier, f in result.fits["step"].items():
         if f.r2 < POOR_FIT:
-            progress(f"calibrate: warning: the {tier} step fit has R^2 {f.r2:.3f} < {POOR_FIT}: the terms explain the "
-                     "times poorly (a busy or throttled device, or too few configurations: raise --budget-s)")
+            progress(
+                f"calibrate: warning: the {tier} step fit has R^2 {f.r2:.3f} < {POOR_FIT}: the terms explain the "
+                "times poorly (a busy or throttled device, or too few configurations: raise --budget-s)"
+            )
     import yaml
 
     document = calibration_document(result, name, kernel, where)
-    write_text_atomic(out, f"# written by `recshard calibrate`: the cost model's terms on {name}\n"
-                      + yaml.safe_dump(document, sort_keys=False))
+    write_text_atomic(
+        out,
+        f"# written by `recshard calibrate`: the cost model's terms on {name}\n"
+        + yaml.safe_dump(document, sort_keys=False),
+    )
     progress(f"calibrate: wrote {out}; reference it from a hardware config as `calibration: {out}`")
     return result
 

@@ -10,11 +10,19 @@ import argparse
 import logging
 import pathlib
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from recshard_stats.errors import RecShardError
-from recshard_stats.options import (ProfileOptions, RemapOptions, ReplayOptions, SolveOptions, SparkOptions,
-                                    add_arguments, check_ds, from_args)
+from recshard_stats.options import (
+    ProfileOptions,
+    RemapOptions,
+    ReplayOptions,
+    SolveOptions,
+    SparkOptions,
+    add_arguments,
+    check_ds,
+    from_args,
+)
 
 EXAMPLES = """examples:
   recshard run --out example_run                   # the built-in example, end to end
@@ -62,12 +70,17 @@ CALIBRATE_EXAMPLES = """examples:
   recshard calibrate --out /tmp/cal.yaml --device cpu --kernel tbe    # ... with FBGEMM's TBE (CPU build)
 then in the hardware config:  calibration: calibration/h200.yaml  (relative to that file)
 """
-CONF = pathlib.Path(__file__).resolve().parents[1] / "conf"
+# the default configs: conf/ of the checkout, shipped in the wheel as package data (through the
+# recshard_stats/conf link)
+CONF = pathlib.Path(__file__).parent / "conf"
 
 
 def setup_logging(verbose: bool = False) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
     for noisy in ("py4j", "pyomo"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
@@ -82,8 +95,10 @@ def run_main(body: Callable[[], int | None]) -> int:
             print(f"  {key}: {value}", file=sys.stderr)
         return 2
     except OSError as exc:  # the disk, not the code: a full disk, a read-only or missing directory
-        print(f"error: [os_error] {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""),
-              file=sys.stderr)
+        print(
+            f"error: [os_error] {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""),
+            file=sys.stderr,
+        )
         return 2
 
 
@@ -105,7 +120,11 @@ def _profile(args) -> None:
 def _solve(args) -> None:
     from recshard_stats.solver.manifest_builder import solve_to_manifest
 
-    print(solve_to_manifest(args.stats, args.model, args.hardware, args.out, args.ds, from_args(SolveOptions, args)))
+    print(
+        solve_to_manifest(
+            args.stats, args.model, args.hardware, args.out, args.ds, from_args(SolveOptions, args)
+        )
+    )
 
 
 def _remap(args) -> None:
@@ -125,8 +144,16 @@ def _evaluate(args) -> None:
 def _generate(args) -> None:
     from recshard_stats.generate import generate
 
-    print(generate(args.spec, args.out, args.samples, seed=args.seed, chunk_rows=args.chunk_rows,
-                   processes=args.processes))
+    print(
+        generate(
+            args.spec,
+            args.out,
+            args.samples,
+            seed=args.seed,
+            chunk_rows=args.chunk_rows,
+            processes=args.processes,
+        )
+    )
 
 
 def _report(args) -> None:
@@ -136,16 +163,18 @@ def _report(args) -> None:
 
 
 def _validate(args) -> None:
-    from recshard_stats.manifest import load_manifest
+    from recshard_stats.manifest_loader import load_manifest
 
     loaded = load_manifest(args.manifest, args.model, require_remap=True, require_checksum=True)
     plan = loaded.manifest.plan
-    print(f"{loaded.path}: valid; {len(loaded.tables)} tables on {loaded.num_gpus} GPUs, "
-          f"{plan.objective_ms:.4f} ms/batch, gap {plan.gap:.2%}, solver {plan.solver} ({plan.status})")
+    print(
+        f"{loaded.path}: valid; {len(loaded.tables)} tables on {loaded.num_gpus} GPUs, "
+        f"{plan.objective_ms:.4f} ms/batch, gap {plan.gap:.2%}, solver {plan.solver} ({plan.status})"
+    )
 
 
 def _publish(args) -> None:
-    from recshard_stats.manifest import publish_latest
+    from recshard_stats.manifest_publisher import publish_latest
 
     print(publish_latest(args.root, args.manifest, args.model))
 
@@ -153,8 +182,16 @@ def _publish(args) -> None:
 def _calibrate(args) -> None:
     from recshard_stats.calibrate import calibrate
 
-    calibrate(args.out, args.device, args.budget_s, args.host_gib, args.reps, args.from_grid, args.measurements,
-              kernel=args.kernel)
+    calibrate(
+        args.out,
+        args.device,
+        args.budget_s,
+        args.host_gib,
+        args.reps,
+        args.from_grid,
+        args.measurements,
+        kernel=args.kernel,
+    )
 
 
 def _run(args) -> None:
@@ -172,15 +209,22 @@ def _run(args) -> None:
     held_out = (datetime.date.fromisoformat(ds) + datetime.timedelta(days=1)).isoformat()
     steps = 6
     print(f"[1/{steps}] generating {args.samples} samples for {ds} and {held_out}", flush=True)
-    logs = {day: generate(args.spec, out / "logs" / f"ds={day}", args.samples, seed=seed)
-            for seed, day in enumerate((ds, held_out))}
+    logs = {
+        day: generate(args.spec, out / "logs" / f"ds={day}", args.samples, seed=seed)
+        for seed, day in enumerate((ds, held_out))
+    }
     print(f"[2/{steps}] profiling {ds}", flush=True)
     spark = spark_session("recshard-run")
-    stats = profile_logs(spark, ProfileOptions(model=args.spec, inputs=(str(logs[ds]),), out=str(out / "stats"),
-                                               ds=ds, row_counts=True))
+    stats = profile_logs(
+        spark,
+        ProfileOptions(
+            model=args.spec, inputs=(str(logs[ds]),), out=str(out / "stats"), ds=ds, row_counts=True
+        ),
+    )
     print(f"[3/{steps}] solving with {args.solver}", flush=True)
-    manifest = solve_to_manifest(stats, args.spec, args.hardware, out / "manifests", ds,
-                                 from_args(SolveOptions, args)).parent
+    manifest = solve_to_manifest(
+        stats, args.spec, args.hardware, out / "manifests", ds, from_args(SolveOptions, args)
+    ).parent
     print(f"[4/{steps}] writing remap files", flush=True)
     remap_manifest(spark, RemapOptions(manifest=str(manifest), stats=str(stats)))
     print(f"[5/{steps}] replaying the held-out day {held_out}", flush=True)
@@ -190,14 +234,16 @@ def _run(args) -> None:
     print(f"done: manifest {manifest / 'manifest.json'}, report {report}")
 
 
-
 def build_parser() -> argparse.ArgumentParser:
     from recshard_stats.calibrate import DEFAULT_BUDGET_S, DEFAULT_HOST_GIB, DEFAULT_REPS
     from recshard_stats.generate import DEFAULT_CHUNK_ROWS
 
-    parser = argparse.ArgumentParser(prog="recshard", description="RecShard: profile logs, solve the sharding "
-                                     "MILP, hand a manifest to training.", epilog=EXAMPLES,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="recshard",
+        description="RecShard: profile logs, solve the sharding MILP, hand a manifest to training.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -212,78 +258,142 @@ def build_parser() -> argparse.ArgumentParser:
         add_arguments(parser, SparkOptions)
         parser.set_defaults(func=func)
 
-    gen = command("generate", "write synthetic Parquet logs",
-                  "example:\n  recshard generate --spec conf/synthetic.yaml --samples 10000000 --out logs")
-    gen.add_argument("--spec", default=str(CONF / "synthetic.yaml"), help="model config with synthetic blocks")
+    gen = command(
+        "generate",
+        "write synthetic Parquet logs",
+        "example:\n  recshard generate --spec conf/synthetic.yaml --samples 10000000 --out logs",
+    )
+    gen.add_argument(
+        "--spec", default=str(CONF / "synthetic.yaml"), help="model config with synthetic blocks"
+    )
     gen.add_argument("--samples", type=int, required=True)
     gen.add_argument("--out", required=True, help="output directory (replaced atomically)")
     gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--chunk-rows", type=int, default=DEFAULT_CHUNK_ROWS,
-                     help=f"rows per Parquet file (default {DEFAULT_CHUNK_ROWS})")
+    gen.add_argument(
+        "--chunk-rows",
+        type=int,
+        default=DEFAULT_CHUNK_ROWS,
+        help=f"rows per Parquet file (default {DEFAULT_CHUNK_ROWS})",
+    )
     gen.add_argument("--processes", type=int, default=None, help="worker processes (default: all cores)")
     gen.set_defaults(func=_generate)
 
-    spark_command("profile", "profile logs into stats Parquet (Spark)", PROFILE_EXAMPLES, ProfileOptions, _profile)
+    spark_command(
+        "profile", "profile logs into stats Parquet (Spark)", PROFILE_EXAMPLES, ProfileOptions, _profile
+    )
 
     solve = command("solve", "solve the sharding MILP -> manifest.json", SOLVE_EXAMPLES)
     solve.add_argument("--stats", required=True, help="a stats partition, <stats>/ds=<date>")
     solve.add_argument("--model", required=True, help="model config (tables, hash sizes, dims)")
     solve.add_argument("--hardware", required=True, help="hardware config (GPUs, HBM, host, bandwidths)")
     solve.add_argument("--out", required=True, help="manifest root; writes <out>/ds=<date>/manifest.json")
-    solve.add_argument("--ds", default=None, help="partition date YYYY-MM-DD (default: the stats partition's)")
+    solve.add_argument(
+        "--ds", default=None, help="partition date YYYY-MM-DD (default: the stats partition's)"
+    )
     add_arguments(solve, SolveOptions)
     solve.set_defaults(func=_solve)
 
-    spark_command("remap", "write remap files (hot rows first) next to a manifest (Spark)", REMAP_EXAMPLES,
-                  RemapOptions, _remap)
-    spark_command("evaluate", "replay held-out logs through a manifest (Spark)", EVALUATE_EXAMPLES,
-                  ReplayOptions, _evaluate)
+    spark_command(
+        "remap",
+        "write remap files (hot rows first) next to a manifest (Spark)",
+        REMAP_EXAMPLES,
+        RemapOptions,
+        _remap,
+    )
+    spark_command(
+        "evaluate",
+        "replay held-out logs through a manifest (Spark)",
+        EVALUATE_EXAMPLES,
+        ReplayOptions,
+        _evaluate,
+    )
 
-    report = command("report", "self-contained HTML report of a plan",
-                     "example:\n  recshard report --manifest manifests/ds=2026-12-01 --out report.html")
+    report = command(
+        "report",
+        "self-contained HTML report of a plan",
+        "example:\n  recshard report --manifest manifests/ds=2026-12-01 --out report.html",
+    )
     report.add_argument("--manifest", required=True, help="manifest.json or its directory")
-    report.add_argument("--stats", default=None, help="stats partition (default: the manifest's inputs.stats)")
-    report.add_argument("--evaluation", default=None,
-                        help="evaluation JSON (default: evaluation.json beside the manifest, if any)")
+    report.add_argument(
+        "--stats", default=None, help="stats partition (default: the manifest's inputs.stats)"
+    )
+    report.add_argument(
+        "--evaluation",
+        default=None,
+        help="evaluation JSON (default: evaluation.json beside the manifest, if any)",
+    )
     report.add_argument("--out", required=True, help="HTML file to write")
     report.set_defaults(func=_report)
 
-    validate = command("validate", "check a manifest the way a trainer loads it",
-                       "example:\n  recshard validate --manifest manifests/ds=2026-12-01 --model conf/synthetic.yaml")
+    validate = command(
+        "validate",
+        "check a manifest the way a trainer loads it",
+        "example:\n  recshard validate --manifest manifests/ds=2026-12-01 --model conf/synthetic.yaml",
+    )
     validate.add_argument("--manifest", required=True)
     validate.add_argument("--model", default=None, help="the trainer's model config, to match against")
     validate.set_defaults(func=_validate)
 
-    publish = command("publish", "point <root>/latest.json at a manifest once it validates",
-                      "example:\n  recshard publish --manifest manifests/ds=2026-12-01 --root manifests")
+    publish = command(
+        "publish",
+        "point <root>/latest.json at a manifest once it validates",
+        "example:\n  recshard publish --manifest manifests/ds=2026-12-01 --root manifests",
+    )
     publish.add_argument("--manifest", required=True)
     publish.add_argument("--root", required=True, help="the directory holding latest.json")
     publish.add_argument("--model", default=None)
     publish.set_defaults(func=_publish)
 
-    cal = command("calibrate", "measure the cost model's terms on this machine's GPU -> calibration file",
-                  CALIBRATE_EXAMPLES)
+    cal = command(
+        "calibrate",
+        "measure the cost model's terms on this machine's GPU -> calibration file",
+        CALIBRATE_EXAMPLES,
+    )
     cal.add_argument("--out", required=True, help="calibration file to write (YAML)")
-    cal.add_argument("--device", default="cuda", help="cuda, cuda:N, or cpu (checks the loop only; default cuda)")
-    cal.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S,
-                     help=f"measuring time budget in seconds (default {DEFAULT_BUDGET_S:g})")
-    cal.add_argument("--host-gib", type=float, default=DEFAULT_HOST_GIB,
-                     help=f"largest host table swept, GiB of pinned memory (default {DEFAULT_HOST_GIB:g})")
-    cal.add_argument("--reps", type=int, default=DEFAULT_REPS,
-                     help=f"timed runs per configuration (median; default {DEFAULT_REPS})")
+    cal.add_argument(
+        "--device", default="cuda", help="cuda, cuda:N, or cpu (checks the loop only; default cuda)"
+    )
+    cal.add_argument(
+        "--budget-s",
+        type=float,
+        default=DEFAULT_BUDGET_S,
+        help=f"measuring time budget in seconds (default {DEFAULT_BUDGET_S:g})",
+    )
+    cal.add_argument(
+        "--host-gib",
+        type=float,
+        default=DEFAULT_HOST_GIB,
+        help=f"largest host table swept, GiB of pinned memory (default {DEFAULT_HOST_GIB:g})",
+    )
+    cal.add_argument(
+        "--reps",
+        type=int,
+        default=DEFAULT_REPS,
+        help=f"timed runs per configuration (median; default {DEFAULT_REPS})",
+    )
     cal.add_argument("--from-grid", default=None, help="fit these JSON-lines timings instead of measuring")
     cal.add_argument("--measurements", default=None, help="also write each measurement (JSON lines) here")
-    cal.add_argument("--kernel", default="auto", choices=("auto", "tbe", "torch"),
-                     help="tbe: FBGEMM's TBE (what TorchRec runs); torch: plain PyTorch embedding_bag; "
-                          "auto (default): TBE on a GPU where its CUDA build is installed, else torch")
+    cal.add_argument(
+        "--kernel",
+        default="auto",
+        choices=("auto", "tbe", "torch"),
+        help="tbe: FBGEMM's TBE (what TorchRec runs); torch: plain PyTorch embedding_bag; "
+        "auto (default): TBE on a GPU where its CUDA build is installed, else torch",
+    )
     cal.set_defaults(func=_calibrate)
 
-    run = command("run", "the whole pipeline on generated logs: generate, profile, solve, remap, "
-                  "evaluate on a held-out day, report", RUN_EXAMPLES)
+    run = command(
+        "run",
+        "the whole pipeline on generated logs: generate, profile, solve, remap, "
+        "evaluate on a held-out day, report",
+        RUN_EXAMPLES,
+    )
     run.add_argument("--out", default="example_run", help="working directory (default: example_run)")
     run.add_argument("--spec", default=str(CONF / "synthetic.yaml"), help="synthetic model config")
     run.add_argument("--hardware", default=str(CONF / "hardware_example.yaml"))
-    run.add_argument("--samples", type=int, default=200_000, help="samples per generated day (default 200000)")
+    run.add_argument(
+        "--samples", type=int, default=200_000, help="samples per generated day (default 200000)"
+    )
     run.add_argument("--ds", default="2026-12-01", help="the profiled day; the next day is held out")
     add_arguments(run, SolveOptions, skip=("mip_gap", "cdf_segments", "symmetry_breaking"))
     run.set_defaults(func=_run)

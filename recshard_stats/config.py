@@ -21,13 +21,14 @@ import hashlib
 import json
 import math
 import pathlib
-import tomllib
 from typing import Any
 
+import tomllib
 import yaml
 
 from recshard_stats.costmodel import CostModel, calibration_from_file
-from recshard_stats.errors import GIB, Reason, RecShardError
+from recshard_stats.errors import Reason, RecShardError
+from recshard_stats.units import GIB
 
 FEATURE_TYPES = ("int64", "string", "hex", "array<int64>", "array<string>")
 STRING_TYPES = ("string", "array<string>")  # ids that are their own XXH64 keys
@@ -35,16 +36,31 @@ HASH_FUNCTIONS = ("mod", "xxhash64")
 INPUT_FORMATS = ("parquet", "criteo_tsv", "csv")
 CRITEO_DENSE = tuple(f"I{i}" for i in range(1, 14))
 CRITEO_SPARSE = tuple(f"C{i}" for i in range(1, 27))
-MAX_HASH_SIZE = 2 ** 63 - 1  # rows are int64 in Spark, the remap and the loader
+MAX_HASH_SIZE = 2**63 - 1  # rows are int64 in Spark, the remap and the loader
 MODEL_KEYS = ("name", "input", "features", "tables")
 INPUT_KEYS = ("format", "separator", "list_separator")
 CSV_DEFAULTS = {"separator": ",", "list_separator": "|"}
 FEATURE_KEYS = ("name", "type", "synthetic")
 TABLE_KEYS = ("name", "features", "feature", "hash_size", "dim", "hash")
-HARDWARE_KEYS = ("num_gpus", "hbm_per_gpu_gib", "hbm_per_gpu_bytes", "hbm_reserved_fraction", "hbm_reserved_gib",
-                 "hbm_reserved_bytes", "host_gib", "host_bytes", "hbm_bandwidth_gbps", "uvm_bandwidth_gbps",
-                 "batch_size", "bytes_per_element", "optimizer_state_multiplier", "index_bytes",
-                 "output_bytes_per_element", "calibration", "comm_bandwidth_gbps")
+HARDWARE_KEYS = (
+    "num_gpus",
+    "hbm_per_gpu_gib",
+    "hbm_per_gpu_bytes",
+    "hbm_reserved_fraction",
+    "hbm_reserved_gib",
+    "hbm_reserved_bytes",
+    "host_gib",
+    "host_bytes",
+    "hbm_bandwidth_gbps",
+    "uvm_bandwidth_gbps",
+    "batch_size",
+    "bytes_per_element",
+    "optimizer_state_multiplier",
+    "index_bytes",
+    "output_bytes_per_element",
+    "calibration",
+    "comm_bandwidth_gbps",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +81,8 @@ class TableConfig:
 @dataclasses.dataclass(frozen=True)
 class CsvOptions:
     """``input: {format: csv}``: text logs whose first line names the columns."""
-    separator: str = CSV_DEFAULTS["separator"]            # between fields ("\t" for TSV)
+
+    separator: str = CSV_DEFAULTS["separator"]  # between fields ("\t" for TSV)
     list_separator: str = CSV_DEFAULTS["list_separator"]  # between the ids of a multi-hot field: a|b|c
 
 
@@ -75,7 +92,7 @@ class ModelConfig:
     input_format: str
     features: tuple[FeatureConfig, ...]
     tables: tuple[TableConfig, ...]
-    csv: CsvOptions | None = None      # with input_format "csv"
+    csv: CsvOptions | None = None  # with input_format "csv"
 
     def table_of(self, feature: str) -> TableConfig:
         for table in self.tables:
@@ -92,7 +109,7 @@ class ModelConfig:
         }
 
     @classmethod
-    def from_dict(cls, data: dict, source: str = "model config") -> "ModelConfig":
+    def from_dict(cls, data: dict, source: str = "model config") -> ModelConfig:
         return parse_model_config(data, source)
 
     def digest(self) -> str:
@@ -111,11 +128,11 @@ class HardwareConfig:
     bytes_per_element: int
     optimizer_state_multiplier: float
     # the trainer's buffers in HBM beside the rows (see trainer_bytes); 0 leaves them out
-    index_bytes: int = 8                  # one id of the trainer's input (TorchRec/FBGEMM: int64)
-    output_bytes_per_element: int = 4     # the pooled outputs (fp32)
+    index_bytes: int = 8  # one id of the trainer's input (TorchRec/FBGEMM: int64)
+    output_bytes_per_element: int = 4  # the pooled outputs (fp32)
     # measured terms (a hardware config's ``calibration:``); None: the v1 model of the bandwidths
     cost_model: CostModel | None = None
-    comm_bandwidth: float = 0.0           # bytes/s between GPUs for ids and outputs; 0: not costed
+    comm_bandwidth: float = 0.0  # bytes/s between GPUs for ids and outputs; 0: not costed
 
     @functools.cached_property
     def costs(self) -> CostModel:
@@ -125,10 +142,12 @@ class HardwareConfig:
             return dataclasses.replace(self.cost_model, comm_bandwidth=self.comm_bandwidth)
         return CostModel.from_bandwidths(self.hbm_bandwidth, self.uvm_bandwidth, self.comm_bandwidth)
 
-    def comm_bytes(self, ids_per_sample: float, num_features: int, dim: int) -> float:
+    def comm_bytes(self, ids_per_sample: float, num_features: int, dim: float) -> float:
         """Bytes a table's GPU exchanges per batch in table-wise sharding: the batch's ids come in
         and its pooled outputs go out, all but a G-th of them over the links."""
-        moved = self.batch_size * (ids_per_sample * self.index_bytes + num_features * dim * self.output_bytes_per_element)
+        moved = self.batch_size * (
+            ids_per_sample * self.index_bytes + num_features * dim * self.output_bytes_per_element
+        )
         return moved * (self.num_gpus - 1) / self.num_gpus
 
     @property
@@ -147,7 +166,7 @@ class HardwareConfig:
         parts = 2
         ids = self.batch_size * (ids_per_sample + parts * num_features) * self.index_bytes
         outputs = parts * self.batch_size * num_features * dim * self.output_bytes_per_element
-        return int(math.ceil(ids + outputs))
+        return math.ceil(ids + outputs)
 
     def to_dict(self) -> dict:
         # without a calibration or a link bandwidth, as before they existed: a v1 config keeps its digest
@@ -190,8 +209,11 @@ def _check_keys(where: str, entry: dict, allowed: tuple[str, ...]) -> None:
     for key in entry:
         if key not in allowed:
             close = difflib.get_close_matches(str(key), allowed, n=1)
-            raise _fail(where, f"unknown key {key!r}" + (f"; did you mean {close[0]!r}?" if close else ""),
-                        f"valid keys: {', '.join(allowed)}")
+            raise _fail(
+                where,
+                f"unknown key {key!r}" + (f"; did you mean {close[0]!r}?" if close else ""),
+                f"valid keys: {', '.join(allowed)}",
+            )
 
 
 def _positive_int(where: str, entry: dict, key: str, maximum: int | None = None) -> int:
@@ -239,8 +261,11 @@ def parse_model_config(data: dict, source: str = "model config") -> ModelConfig:
             raise _fail(where, "each feature needs a string 'name'")
         _check_keys(f"{source}: feature {entry['name']!r}", entry, FEATURE_KEYS)
         if entry.get("type") not in FEATURE_TYPES:
-            raise _fail(where, f"feature {entry['name']!r} has type {entry.get('type')!r}",
-                        f"use one of {FEATURE_TYPES}")
+            raise _fail(
+                where,
+                f"feature {entry['name']!r} has type {entry.get('type')!r}",
+                f"use one of {FEATURE_TYPES}",
+            )
         features.append(FeatureConfig(entry["name"], entry["type"]))
     names = [f.name for f in features]
     dupes = sorted({n for n in names if names.count(n) > 1})
@@ -254,7 +279,8 @@ def parse_model_config(data: dict, source: str = "model config") -> ModelConfig:
     raw_tables = data.get("tables")
     if not isinstance(raw_tables, list) or not raw_tables:
         raise _fail(source, "'tables' must be a non-empty list")
-    tables, owner = [], {}
+    tables: list[TableConfig] = []
+    owner: dict[str, str] = {}
     ftype = {f.name: f.type for f in features}
     for i, entry in enumerate(raw_tables):
         where = f"{source}: tables[{i}]"
@@ -268,7 +294,9 @@ def parse_model_config(data: dict, source: str = "model config") -> ModelConfig:
             raise _fail(where, "needs 'features' (a feature name or a list of them)")
         for feat in feats:
             if feat not in ftype:
-                raise _fail(where, f"unknown feature {feat!r}", f"declare it under 'features' ({names[:5]}...)")
+                raise _fail(
+                    where, f"unknown feature {feat!r}", f"declare it under 'features' ({names[:5]}...)"
+                )
             if feat in owner:
                 raise _fail(where, f"feature {feat!r} already feeds table {owner[feat]!r}")
             owner[feat] = entry["name"]
@@ -278,11 +306,20 @@ def parse_model_config(data: dict, source: str = "model config") -> ModelConfig:
         strings = [f for f in feats if ftype[f] in STRING_TYPES]
         if strings and hash_fn != "xxhash64":
             raise _fail(where, f"string features {strings} need hash: xxhash64")
-        tables.append(TableConfig(entry["name"], tuple(feats), _positive_int(where, entry, "hash_size", MAX_HASH_SIZE),
-                                  _positive_int(where, entry, "dim"), hash_fn))
+        tables.append(
+            TableConfig(
+                entry["name"],
+                tuple(feats),
+                _positive_int(where, entry, "hash_size", MAX_HASH_SIZE),
+                _positive_int(where, entry, "dim"),
+                hash_fn,
+            )
+        )
     tnames = [t.name for t in tables]
     if len(set(tnames)) != len(tnames):
-        raise _fail(source, f"table names must be unique: {sorted({n for n in tnames if tnames.count(n) > 1})}")
+        raise _fail(
+            source, f"table names must be unique: {sorted({n for n in tnames if tnames.count(n) > 1})}"
+        )
     orphans = [n for n in names if n not in owner]
     if orphans:
         raise _fail(source, f"features {orphans} feed no table", "add them to a table or remove them")
@@ -292,11 +329,16 @@ def parse_model_config(data: dict, source: str = "model config") -> ModelConfig:
 def _csv_options(source: str, entry: dict) -> CsvOptions:
     values = {key: entry.get(key, default) for key, default in CSV_DEFAULTS.items()}
     for key, value in values.items():
-        if not isinstance(value, str) or len(value) != 1 or value in "\r\n\"":
-            raise _fail(f"{source}: input", f"{key} must be one character (not a quote or line end), got {value!r}")
+        if not isinstance(value, str) or len(value) != 1 or value in '\r\n"':
+            raise _fail(
+                f"{source}: input", f"{key} must be one character (not a quote or line end), got {value!r}"
+            )
     if values["separator"] == values["list_separator"]:
-        raise _fail(f"{source}: input", f"separator and list_separator are both {values['separator']!r}",
-                    "the ids of a multi-hot field need their own separator, e.g. list_separator: '|'")
+        raise _fail(
+            f"{source}: input",
+            f"separator and list_separator are both {values['separator']!r}",
+            "the ids of a multi-hot field need their own separator, e.g. list_separator: '|'",
+        )
     return CsvOptions(**values)
 
 
@@ -304,11 +346,10 @@ def load_model_config(path: str | pathlib.Path) -> ModelConfig:
     return parse_model_config(read_config_file(path), source=str(path))
 
 
-
-
 def parse_hardware_config(data: dict, source: str = "hardware config") -> HardwareConfig:
     """Sizes in GiB (``*_gib``) or bytes; bandwidths in GB/s (``*_gbps``, 1e9 bytes/s)."""
     _check_keys(source, data, HARDWARE_KEYS)
+
     def size(key: str) -> int:
         if f"{key}_gib" in data:
             return int(_positive_number(source, data, f"{key}_gib") * GIB)
@@ -319,25 +360,36 @@ def parse_hardware_config(data: dict, source: str = "hardware config") -> Hardwa
         # an absolute reserve (TorchRec's style) becomes the same fraction of HBM
         reserved_bytes = size("hbm_reserved")
         if reserved_bytes >= hbm:
-            raise _fail(source, f"HBM per GPU ({hbm / GIB:g} GiB) is not larger than the reserve kept for "
-                        f"activations ({reserved_bytes / GIB:g} GiB), which leaves no HBM for embeddings",
-                        "raise hbm_per_gpu_gib", "lower hbm_reserved_gib")
+            raise _fail(
+                source,
+                f"HBM per GPU ({hbm / GIB:g} GiB) is not larger than the reserve kept for "
+                f"activations ({reserved_bytes / GIB:g} GiB), which leaves no HBM for embeddings",
+                "raise hbm_per_gpu_gib",
+                "lower hbm_reserved_gib",
+            )
         reserved = reserved_bytes / hbm
     else:
         reserved = data.get("hbm_reserved_fraction", 0.1)
     if isinstance(reserved, bool) or not isinstance(reserved, (int, float)) or not 0 <= reserved < 1:
-        raise _fail(source, f"hbm_reserved_fraction must be in [0, 1), got {reserved!r}",
-                    "the reserve is the share of HBM kept for activations; HBM must be larger than it")
+        raise _fail(
+            source,
+            f"hbm_reserved_fraction must be in [0, 1), got {reserved!r}",
+            "the reserve is the share of HBM kept for activations; HBM must be larger than it",
+        )
     hbm_bw = _positive_number(source, data, "hbm_bandwidth_gbps", 897.0) * 1e9
     uvm_bw = _positive_number(source, data, "uvm_bandwidth_gbps", 32.0) * 1e9
     if uvm_bw >= hbm_bw:
-        raise _fail(source, f"uvm_bandwidth_gbps ({uvm_bw / 1e9:g}) must be below hbm_bandwidth_gbps "
-                    f"({hbm_bw / 1e9:g})")
+        raise _fail(
+            source,
+            f"uvm_bandwidth_gbps ({uvm_bw / 1e9:g}) must be below hbm_bandwidth_gbps ({hbm_bw / 1e9:g})",
+        )
     cost_model = None
     if "calibration" in data:
         where = data["calibration"]
         if not isinstance(where, str) or not where:
-            raise _fail(source, f"calibration must be the path of a file `recshard calibrate` wrote, got {where!r}")
+            raise _fail(
+                source, f"calibration must be the path of a file `recshard calibrate` wrote, got {where!r}"
+            )
         path = pathlib.Path(where)
         if not path.is_absolute() and pathlib.Path(source).parent.joinpath(path).is_file():
             path = pathlib.Path(source).parent / path  # relative to the hardware config
@@ -345,7 +397,9 @@ def parse_hardware_config(data: dict, source: str = "hardware config") -> Hardwa
             cost_model = calibration_from_file(read_config_file(path), str(path))
         except ValueError as exc:
             raise _fail(source, f"calibration {where!r}: {exc}", "run `recshard calibrate` again") from None
-    comm_bw = _positive_number(source, data, "comm_bandwidth_gbps") * 1e9 if "comm_bandwidth_gbps" in data else 0.0
+    comm_bw = (
+        _positive_number(source, data, "comm_bandwidth_gbps") * 1e9 if "comm_bandwidth_gbps" in data else 0.0
+    )
     return HardwareConfig(
         cost_model=cost_model,
         comm_bandwidth=comm_bw,
@@ -356,12 +410,14 @@ def parse_hardware_config(data: dict, source: str = "hardware config") -> Hardwa
         hbm_bandwidth=hbm_bw,
         uvm_bandwidth=uvm_bw,
         batch_size=_positive_int(source, {"batch_size": data.get("batch_size", 65536)}, "batch_size"),
-        bytes_per_element=_positive_int(source, {"bytes_per_element": data.get("bytes_per_element", 4)},
-                                        "bytes_per_element"),
+        bytes_per_element=_positive_int(
+            source, {"bytes_per_element": data.get("bytes_per_element", 4)}, "bytes_per_element"
+        ),
         optimizer_state_multiplier=_positive_number(source, data, "optimizer_state_multiplier", 1.0),
         index_bytes=_non_negative_int(source, data, "index_bytes", HardwareConfig.index_bytes),
-        output_bytes_per_element=_non_negative_int(source, data, "output_bytes_per_element",
-                                                   HardwareConfig.output_bytes_per_element),
+        output_bytes_per_element=_non_negative_int(
+            source, data, "output_bytes_per_element", HardwareConfig.output_bytes_per_element
+        ),
     )
 
 

@@ -48,15 +48,20 @@ def pooling_stats(pooling_factor: np.ndarray, samples: np.ndarray) -> PoolingSta
         if n_present == 0:
             return 0
         idx = np.searchsorted(np.cumsum(n_p), math.ceil(q * n_present - 1e-9))
-        return int(pf_p[min(idx, len(pf_p) - 1)])
+        return int(pf_p[min(int(idx), len(pf_p) - 1)])
 
     return PoolingStats(
-        num_samples=total, present_samples=n_present,
+        num_samples=total,
+        present_samples=n_present,
         coverage=n_present / total if total else 0.0,
         mean=ids / total if total else 0.0,
         mean_present=ids / n_present if n_present else 0.0,
-        min=int(pf_p[0]) if n_present else 0, max=int(pf_p[-1]) if n_present else 0,
-        p50=pct(0.5), p90=pct(0.9), p99=pct(0.99))
+        min=int(pf_p[0]) if n_present else 0,
+        max=int(pf_p[-1]) if n_present else 0,
+        p50=pct(0.5),
+        p90=pct(0.9),
+        p99=pct(0.99),
+    )
 
 
 def expected_unique_rows(hash_size: int, unique_ids: int) -> float:
@@ -72,11 +77,12 @@ def expected_unique_rows(hash_size: int, unique_ids: int) -> float:
 @dataclasses.dataclass(frozen=True)
 class CountOfCounts:
     """Rows grouped by access count, hottest first: ``rows[i]`` rows were accessed ``counts[i]`` times."""
+
     counts: np.ndarray
     rows: np.ndarray
 
     @classmethod
-    def of(cls, counts, rows) -> "CountOfCounts":
+    def of(cls, counts, rows) -> CountOfCounts:
         counts = np.asarray(counts, dtype=np.int64)
         rows = np.asarray(rows, dtype=np.int64)
         keep = (counts > 0) & (rows > 0)

@@ -27,8 +27,9 @@ class Reason(enum.Enum):
 class RecShardError(Exception):
     """Raised for every expected failure; the CLI prints it as one line plus context."""
 
-    def __init__(self, reason: Reason, message: str, *, fixes: tuple[str, ...] = (),
-                 context: dict | None = None):
+    def __init__(
+        self, reason: Reason, message: str, *, fixes: tuple[str, ...] = (), context: dict | None = None
+    ):
         self.reason = reason
         self.message = message
         self.fixes = tuple(fixes)
@@ -40,14 +41,3 @@ class RecShardError(Exception):
         if self.fixes:
             text += " Possible fixes: " + "; ".join(self.fixes) + "."
         return text
-
-
-GIB = 1024 ** 3
-
-
-def fmt_bytes(n: float) -> str:
-    """Human-readable bytes for error messages and reports."""
-    for unit, size in (("TiB", 1024 ** 4), ("GiB", GIB), ("MiB", 1024 ** 2), ("KiB", 1024)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n:.0f} B"

@@ -55,20 +55,35 @@ def load_spec(path) -> tuple[ModelConfig, list[FeatureSpec]]:
         where = f"{path}: feature {entry['name']!r}"
         syn = entry.get("synthetic")
         if not isinstance(syn, dict):
-            raise RecShardError(Reason.CONFIG_INVALID, f"{where} has no 'synthetic' block",
-                                fixes=("add synthetic: {coverage, pf_mean, pf_max, cardinality, zipf}",))
+            raise RecShardError(
+                Reason.CONFIG_INVALID,
+                f"{where} has no 'synthetic' block",
+                fixes=("add synthetic: {coverage, pf_mean, pf_max, cardinality, zipf}",),
+            )
         multi = entry["type"].startswith("array<")
         try:
-            spec = FeatureSpec(entry["name"], entry["type"], float(syn["coverage"]),
-                               float(syn.get("pf_mean", 1)) if multi else 1.0,
-                               int(syn.get("pf_max", 1)) if multi else 1,
-                               int(syn["cardinality"]), float(syn.get("zipf", 1.0)))
+            spec = FeatureSpec(
+                entry["name"],
+                entry["type"],
+                float(syn["coverage"]),
+                float(syn.get("pf_mean", 1)) if multi else 1.0,
+                int(syn.get("pf_max", 1)) if multi else 1,
+                int(syn["cardinality"]),
+                float(syn.get("zipf", 1.0)),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise RecShardError(Reason.CONFIG_INVALID, f"{where}: bad synthetic block ({exc})") from None
-        if not (0 <= spec.coverage <= 1 and spec.pf_mean >= 1 and spec.pf_max >= 1 and spec.cardinality >= 1
-                and spec.zipf > 0):
-            raise RecShardError(Reason.CONFIG_INVALID,
-                                f"{where}: need 0<=coverage<=1, pf_mean>=1, pf_max>=1, cardinality>=1, zipf>0")
+        if not (
+            0 <= spec.coverage <= 1
+            and spec.pf_mean >= 1
+            and spec.pf_max >= 1
+            and spec.cardinality >= 1
+            and spec.zipf > 0
+        ):
+            raise RecShardError(
+                Reason.CONFIG_INVALID,
+                f"{where}: need 0<=coverage<=1, pf_mean>=1, pf_max>=1, cardinality>=1, zipf>0",
+            )
         specs.append(spec)
     return model, specs
 
@@ -119,24 +134,37 @@ def _write_chunk(args) -> int:
     return rows
 
 
-def generate(spec_path, out, samples: int, *, seed: int = 0, chunk_rows: int = DEFAULT_CHUNK_ROWS,
-             processes: int | None = None) -> pathlib.Path:
+def generate(
+    spec_path,
+    out,
+    samples: int,
+    *,
+    seed: int = 0,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    processes: int | None = None,
+) -> pathlib.Path:
     """Write ``samples`` rows under ``out`` (replaced atomically, with a ``_SUCCESS`` marker)."""
     if samples <= 0:
         raise RecShardError(Reason.CONFIG_INVALID, f"samples must be positive, got {samples}")
     _, specs = load_spec(spec_path)
     out = pathlib.Path(out)
     if out.exists() and not out.is_dir():
-        raise RecShardError(Reason.OUTPUT_INVALID, f"--out {out} is a file: generate writes a directory of Parquet "
-                            f"files (and replaces only a directory)", fixes=("give a directory path",))
+        raise RecShardError(
+            Reason.OUTPUT_INVALID,
+            f"--out {out} is a file: generate writes a directory of Parquet "
+            f"files (and replaces only a directory)",
+            fixes=("give a directory path",),
+        )
     with building_dir(out) as tmp:
-        jobs = [(specs, min(chunk_rows, samples - start), seed, i, str(tmp))
-                for i, start in enumerate(range(0, samples, chunk_rows))]
+        jobs = [
+            (specs, min(chunk_rows, samples - start), seed, i, str(tmp))
+            for i, start in enumerate(range(0, samples, chunk_rows))
+        ]
         processes = processes or min(len(jobs), os.cpu_count() or 1)
         done = 0
         pool = None if processes == 1 else multiprocessing.get_context("spawn").Pool(processes)
         try:
-            for rows in (pool.imap_unordered(_write_chunk, jobs) if pool else map(_write_chunk, jobs)):
+            for rows in pool.imap_unordered(_write_chunk, jobs) if pool else map(_write_chunk, jobs):
                 done += rows
                 log.info("generated %d / %d samples", done, samples)
         finally:

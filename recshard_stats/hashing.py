@@ -14,7 +14,7 @@ on the same values.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -67,7 +67,7 @@ def xxhash64_bytes(data: bytes, seed: int = SEED) -> int:
         v = [(seed + p1 + p2) & _MASK, (seed + p2) & _MASK, seed & _MASK, (seed - p1) & _MASK]
         while i + 32 <= n:
             for lane in range(4):
-                v[lane] = _round(v[lane], int.from_bytes(data[i + 8 * lane:i + 8 * lane + 8], "little"))
+                v[lane] = _round(v[lane], int.from_bytes(data[i + 8 * lane : i + 8 * lane + 8], "little"))
             i += 32
         h = (_rotl_int(v[0], 1) + _rotl_int(v[1], 7) + _rotl_int(v[2], 12) + _rotl_int(v[3], 18)) & _MASK
         for lane in v:
@@ -76,11 +76,11 @@ def xxhash64_bytes(data: bytes, seed: int = SEED) -> int:
         h = (seed + p5) & _MASK
     h = (h + n) & _MASK
     while i + 8 <= n:
-        k = _round(0, int.from_bytes(data[i:i + 8], "little"))
+        k = _round(0, int.from_bytes(data[i : i + 8], "little"))
         h = (_rotl_int(h ^ k, 27) * p1 + p4) & _MASK
         i += 8
     if i + 4 <= n:
-        h = (_rotl_int(h ^ (int.from_bytes(data[i:i + 4], "little") * p1 & _MASK), 23) * p2 + p3) & _MASK
+        h = (_rotl_int(h ^ (int.from_bytes(data[i : i + 4], "little") * p1 & _MASK), 23) * p2 + p3) & _MASK
         i += 4
     while i < n:
         h = (_rotl_int(h ^ (data[i] * p5 & _MASK), 11) * p1) & _MASK

@@ -17,8 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
+
+if TYPE_CHECKING:  # torch is imported where a kernel runs: the module loads without it
+    import torch
 
 HBM, HOST = "hbm", "host"
 LEARNING_RATE = 0.01
@@ -46,7 +50,9 @@ class WeightPools:
     def weights(self, tier: str, rows: int, dim: int):
         pool = self.hbm if tier == HBM else self.host
         if rows * dim > pool.numel():
-            raise ValueError(f"{tier} pool holds {pool.numel() * 4} bytes, {rows} x {dim} rows need {rows * dim * 4}")
+            raise ValueError(
+                f"{tier} pool holds {pool.numel() * 4} bytes, {rows} x {dim} rows need {rows * dim * 4}"
+            )
         return pool[: rows * dim].view(rows, dim)
 
 
@@ -55,11 +61,16 @@ def _mapped(pinned):
     import torch
 
     class _Interface:
-        __cuda_array_interface__ = {"shape": tuple(pinned.shape), "typestr": "<f4",
-                                    "data": (pinned.data_ptr(), False), "version": 3, "strides": None}
+        __cuda_array_interface__: ClassVar[dict] = {
+            "shape": tuple(pinned.shape),
+            "typestr": "<f4",
+            "data": (pinned.data_ptr(), False),
+            "version": 3,
+            "strides": None,
+        }
 
     mapped = torch.as_tensor(_Interface(), device="cuda")
-    mapped._keep_alive = pinned  # the mapping lives as long as the pinned buffer
+    mapped._keep_alive = pinned  # type: ignore[attr-defined]  # the mapping lives as long as the pinned buffer
     return mapped
 
 
@@ -67,15 +78,16 @@ def _mapped(pinned):
 class KernelGroup:
     """One embedding_bag call: ``ids`` (rows of ``weights``), bag ``offsets``, and the step's
     distinct rows with each id's position among them."""
-    weights: object
-    ids: object
-    offsets: object
-    distinct: object
-    inverse: object
-    bag: object          # per id: its bag
+
+    weights: torch.Tensor
+    ids: torch.Tensor
+    offsets: torch.Tensor
+    distinct: torch.Tensor
+    inverse: torch.Tensor
+    bag: torch.Tensor  # per id: its bag
 
     @classmethod
-    def of(cls, weights, ids: np.ndarray, offsets: np.ndarray) -> "KernelGroup":
+    def of(cls, weights, ids: np.ndarray, offsets: np.ndarray) -> KernelGroup:
         import torch
 
         device = weights.device if weights.device.type == "cuda" else torch.device("cpu")
@@ -94,7 +106,7 @@ def _forward(groups: list[KernelGroup]):
 
 def _step(groups: list[KernelGroup], scratch: list) -> None:
     outputs = _forward(groups)
-    for g, out, acc in zip(groups, outputs, scratch):
+    for g, out, acc in zip(groups, outputs, scratch, strict=True):
         # d(loss)/d(output) = output (loss = |output|^2 / 2): every lookup gets its bag's gradient
         acc.zero_()
         acc.index_add_(0, g.inverse, out.index_select(0, g.bag))
@@ -162,7 +174,9 @@ def tbe_available(device: str) -> bool:
     try:
         import fbgemm_gpu
         import torch
-        from fbgemm_gpu.split_table_batched_embeddings_ops_training import SplitTableBatchedEmbeddingBagsCodegen  # noqa: F401
+        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+            SplitTableBatchedEmbeddingBagsCodegen,  # noqa: F401
+        )
     except Exception:  # fbgemm_gpu absent, or built for another torch
         return False
     if device.startswith("cuda"):
@@ -180,19 +194,28 @@ class TbeTable:
         import torch
         from fbgemm_gpu.split_embedding_configs import EmbOptimType, SparseType
         from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation, PoolingMode
-        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (ComputeDevice,
-                                                                            SplitTableBatchedEmbeddingBagsCodegen)
+        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+            ComputeDevice,
+            SplitTableBatchedEmbeddingBagsCodegen,
+        )
 
         cuda = device.startswith("cuda")
-        location = (EmbeddingLocation.DEVICE if tier == HBM else EmbeddingLocation.MANAGED) if cuda \
+        location = (
+            (EmbeddingLocation.DEVICE if tier == HBM else EmbeddingLocation.MANAGED)
+            if cuda
             else EmbeddingLocation.HOST
+        )
         self.module = SplitTableBatchedEmbeddingBagsCodegen(
             [(rows, dim, location, ComputeDevice.CUDA if cuda else ComputeDevice.CPU)],
-            optimizer=EmbOptimType.EXACT_SGD, learning_rate=LEARNING_RATE, weights_precision=SparseType.FP32,
-            pooling_mode=PoolingMode.SUM, device=torch.device(device))
+            optimizer=EmbOptimType.EXACT_SGD,
+            learning_rate=LEARNING_RATE,
+            weights_precision=SparseType.FP32,
+            pooling_mode=PoolingMode.SUM,
+            device=torch.device(device),
+        )
         self.ids = torch.as_tensor(np.ascontiguousarray(ids, dtype=np.int64), device=device)
         self.offsets = torch.as_tensor(np.append(offsets, len(ids)).astype(np.int64), device=device)
-        self.distinct = int(len(np.unique(ids)))
+        self.distinct = len(np.unique(ids))
         self.cuda = cuda
 
     def forward(self):
@@ -238,6 +261,8 @@ def kernel_name(kernel: str) -> str:
     if kernel == TBE:
         import fbgemm_gpu
 
-        return (f"FBGEMM {getattr(fbgemm_gpu, '__version__', '?')} TBE, exact SGD (torch {torch.__version__}; "
-                "host rows in managed memory)")
+        return (
+            f"FBGEMM {getattr(fbgemm_gpu, '__version__', '?')} TBE, exact SGD (torch {torch.__version__}; "
+            "host rows in managed memory)"
+        )
     return f"torch {torch.__version__} embedding_bag (plain PyTorch; host rows read in place over UVA)"

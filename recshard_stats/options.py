@@ -49,6 +49,7 @@ class SketchOptions:
     standard error of a distinct count is about 1.04 / sqrt(2**k). ``row_sample_bits``:
     count-of-counts from one row in 2**bits of each table (0 keeps every row, so count-of-counts
     and CDFs stay exact)."""
+
     lg_config_k: int
     row_sample_bits: int
 
@@ -62,15 +63,18 @@ class SketchOptions:
 
     @property
     def relative_standard_error(self) -> float:
-        return 1.04 / math.sqrt(2 ** self.lg_config_k)
+        return 1.04 / math.sqrt(2**self.lg_config_k)
 
 
 @dataclasses.dataclass(frozen=True)
 class SparkOptions:
     master: str | None = _opt(None, "Spark master (default: spark-submit's, else local[*])")
     driver_memory: str | None = _opt(None, "driver memory in local mode, e.g. 4g")
-    spark_log: str | None = _opt(None, "Spark's own log in local mode (default: recshard-spark-<user>.log in the "
-                                       "temp dir; the console shows recshard's lines only)")
+    spark_log: str | None = _opt(
+        None,
+        "Spark's own log in local mode (default: recshard-spark-<user>.log in the "
+        "temp dir; the console shows recshard's lines only)",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,24 +87,41 @@ class ProfileOptions:
     seed: int = _opt(0, "seed of the sampling")
     cdf_points: int = _opt(128, "access-CDF breakpoints per feature/table")
     row_counts: bool = _opt(False, "also write per-row access counts (for remap)")
-    max_reject_fraction: float = _opt(DEFAULT_MAX_REJECT_FRACTION,
-                                      "fail when more than this fraction of rows (or of one column's values) "
-                                      "is rejected")
-    approximate: bool = _opt(False, "for inputs with too many distinct ids to count one by one: access counts "
-                                    "per hashed row, HLL sketches for distinct ids (error bound in the metadata); "
-                                    "one more pass over the input")
-    hll_lg_k: int = _opt(14, "with --approximate: HLL sketches of 2**k registers, 4..21; relative standard "
-                             "error about 1.04/sqrt(2**k) (14: 0.81%%)")
-    row_sample_bits: int = _opt(0, "with --approximate: count-of-counts from one row in 2**bits of each table "
-                                   "(tables keep at least 65536 rows; 0: every row, exact access CDFs)")
-    skip_corrupt_files: bool = _opt(False, "leave out input files that cannot be read (each costs one more pass "
-                                           "over the input) and list them in the stats metadata under "
-                                           "skipped_files; default: fail")
+    max_reject_fraction: float = _opt(
+        DEFAULT_MAX_REJECT_FRACTION,
+        "fail when more than this fraction of rows (or of one column's values) is rejected",
+    )
+    approximate: bool = _opt(
+        False,
+        "for inputs with too many distinct ids to count one by one: access counts "
+        "per hashed row, HLL sketches for distinct ids (error bound in the metadata); "
+        "one more pass over the input",
+    )
+    hll_lg_k: int = _opt(
+        14,
+        "with --approximate: HLL sketches of 2**k registers, 4..21; relative standard "
+        "error about 1.04/sqrt(2**k) (14: 0.81%%)",
+    )
+    row_sample_bits: int = _opt(
+        0,
+        "with --approximate: count-of-counts from one row in 2**bits of each table "
+        "(tables keep at least 65536 rows; 0: every row, exact access CDFs)",
+    )
+    skip_corrupt_files: bool = _opt(
+        False,
+        "leave out input files that cannot be read (each costs one more pass "
+        "over the input) and list them in the stats metadata under "
+        "skipped_files; default: fail",
+    )
     max_skipped_files: int = _opt(10, "with --skip-corrupt-files, fail once more files than this are corrupt")
-    parquet_reader: str = _opt("arrow", "Parquet logs: 'arrow' reads them with pyarrow in the Spark tasks (fast; "
-                                        "needs pyarrow on the executors and a filesystem it opens: local, HDFS, "
-                                        "S3, GCS), 'spark' with Spark's reader (any Hadoop filesystem; also used "
-                                        "with --sample-fraction)", choices=PARQUET_READERS)
+    parquet_reader: str = _opt(
+        "arrow",
+        "Parquet logs: 'arrow' reads them with pyarrow in the Spark tasks (fast; "
+        "needs pyarrow on the executors and a filesystem it opens: local, HDFS, "
+        "S3, GCS), 'spark' with Spark's reader (any Hadoop filesystem; also used "
+        "with --sample-fraction)",
+        choices=PARQUET_READERS,
+    )
 
     def __post_init__(self):
         if self.ds is not None:
@@ -114,9 +135,12 @@ class ProfileOptions:
         if self.max_skipped_files < 0:
             raise _invalid(f"--max-skipped-files must be >= 0, got {self.max_skipped_files}")
         if self.approximate and self.row_counts:
-            raise _invalid("per-row access counts (--row-counts, for remap) need the exact profile",
-                           "drop --approximate", "or drop --row-counts")
-        self.sketch  # validates the sketch settings
+            raise _invalid(
+                "per-row access counts (--row-counts, for remap) need the exact profile",
+                "drop --approximate",
+                "or drop --row-counts",
+            )
+        _ = self.sketch  # validates the sketch settings
 
     @property
     def sketch(self) -> SketchOptions | None:
@@ -130,20 +154,37 @@ class ProfileOptions:
 @dataclasses.dataclass(frozen=True)
 class SolveOptions:
     """What the solver runs with; recorded in the manifest's inputs (their digest names the plan)."""
+
     solver: str = _opt("cbc", "MILP solver", choices=SOLVERS)
-    time_limit_s: float = _opt(60.0, "wall seconds for the whole solve: starts, local search, the MILP with its "
-                                     "build (TorchRec's planner, a baseline, is timed apart)", flag="--time-limit")
+    time_limit_s: float = _opt(
+        60.0,
+        "wall seconds for the whole solve: starts, local search, the MILP with its "
+        "build (TorchRec's planner, a baseline, is timed apart)",
+        flag="--time-limit",
+    )
     mip_gap: float = _opt(0.01, "relative MIP gap to stop at")
     cdf_segments: int = _opt(16, "linear pieces of each table's access CDF in the MILP")
     symmetry_breaking: bool = _opt(True, "", flag="--no-symmetry-breaking")
-    local_search_s: float = _opt(20.0, "seconds of local search (moves and swaps judged by the exact split), "
-                                       "half before the MILP and half after it; 0: none", flag="--local-search")
-    max_column_shards: int = _opt(8, "most column shards a hot table may be cut into (a power of 2 that divides "
-                                     "its dim, at most the GPUs); 1: every table whole", flag="--max-column-shards")
-    torchrec_baselines: bool = _opt(True, "leave out TorchRec's planner as a baseline (it runs when torchrec is "
-                                          "installed)", flag="--no-torchrec")
-    torchrec_timeout_s: int = _opt(120, "seconds TorchRec's planner may search (it keeps its best plan)",
-                                   flag="--torchrec-timeout")
+    local_search_s: float = _opt(
+        20.0,
+        "seconds of local search (moves and swaps judged by the exact split), "
+        "half before the MILP and half after it; 0: none",
+        flag="--local-search",
+    )
+    max_column_shards: int = _opt(
+        8,
+        "most column shards a hot table may be cut into (a power of 2 that divides "
+        "its dim, at most the GPUs); 1: every table whole",
+        flag="--max-column-shards",
+    )
+    torchrec_baselines: bool = _opt(
+        True,
+        "leave out TorchRec's planner as a baseline (it runs when torchrec is installed)",
+        flag="--no-torchrec",
+    )
+    torchrec_timeout_s: int = _opt(
+        120, "seconds TorchRec's planner may search (it keeps its best plan)", flag="--torchrec-timeout"
+    )
 
     def __post_init__(self):
         if self.solver not in SOLVERS:
@@ -157,7 +198,9 @@ class SolveOptions:
         if not self.local_search_s >= 0:
             raise _invalid(f"--local-search must be 0 or more seconds, got {self.local_search_s}")
         if self.max_column_shards < 1 or self.max_column_shards & (self.max_column_shards - 1):
-            raise _invalid(f"--max-column-shards must be a power of 2 (1: no splits), got {self.max_column_shards}")
+            raise _invalid(
+                f"--max-column-shards must be a power of 2 (1: no splits), got {self.max_column_shards}"
+            )
         if self.torchrec_timeout_s < 1:
             raise _invalid(f"--torchrec-timeout must be at least 1 second, got {self.torchrec_timeout_s}")
 
@@ -165,8 +208,9 @@ class SolveOptions:
 @dataclasses.dataclass(frozen=True)
 class RemapOptions:
     manifest: str = _opt(help="manifest.json or its directory")
-    stats: str | None = _opt(None, "stats partition profiled with --row-counts (default: the manifest's "
-                                   "inputs.stats)")
+    stats: str | None = _opt(
+        None, "stats partition profiled with --row-counts (default: the manifest's inputs.stats)"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,8 +218,9 @@ class ReplayOptions:
     manifest: str = _opt(help="manifest.json (with remap files) or its directory")
     logs: tuple[str, ...] = _opt(help="held-out logs (same format as profiled)")
     out: str | None = _opt(None, "evaluation JSON (default: <manifest dir>/evaluation.json)")
-    max_reject_fraction: float = _opt(DEFAULT_MAX_REJECT_FRACTION,
-                                      "fail when more than this fraction of rows is rejected")
+    max_reject_fraction: float = _opt(
+        DEFAULT_MAX_REJECT_FRACTION, "fail when more than this fraction of rows is rejected"
+    )
 
 
 def _flag(field: dataclasses.Field) -> str:
@@ -196,8 +241,9 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, .
             kwargs["default"] = field.default
             help_text += "" if field.default is None else f" (default {field.default})"
         if hint is bool:
-            kwargs.update(action="store_false" if flag.startswith("--no-") else "store_true",
-                          default=field.default)
+            kwargs.update(
+                action="store_false" if flag.startswith("--no-") else "store_true", default=field.default
+            )
         else:
             args = typing.get_args(hint)
             if typing.get_origin(hint) is tuple:

@@ -24,18 +24,27 @@ Absent values, as in the readers: null and empty strings. In a multi-hot feature
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs
 
-from recshard_stats.record_codes import (HEX_PATTERN, ID, POOLING, REJECT, ROW, is_multi_hot, record_code,
-                                         reject_code)
+from recshard_stats.record_codes import (
+    HEX_PATTERN,
+    RecordKind,
+    RowOutcome,
+    is_multi_hot,
+    record_code,
+    reject_code,
+    unreadable_file_message,
+)
 
 RECORD_SCHEMA = "code int, key bigint, text string, count bigint"
-_ARROW_SCHEMA = pa.schema([("code", pa.int32()), ("key", pa.int64()), ("text", pa.string()), ("count", pa.int64())])
+_ARROW_SCHEMA = pa.schema(
+    [("code", pa.int32()), ("key", pa.int64()), ("text", pa.string()), ("count", pa.int64())]
+)
 # ids held per task before they are counted and sent on (bounds a task's memory: ~8 bytes each)
 FLUSH_VALUES = 1 << 24
 PARQUET_BATCH_ROWS = 1 << 16
@@ -43,18 +52,19 @@ PARQUET_BATCH_ROWS = 1 << 16
 
 @dataclasses.dataclass(frozen=True)
 class CountedFeature:
-    index: int          # column k{index} of the normalized frame
-    name: str           # its column in Parquet logs
-    type: str           # the model config's feature type
+    index: int  # column k{index} of the normalized frame
+    name: str  # its column in Parquet logs
+    type: str  # the model config's feature type
 
 
 @dataclasses.dataclass(frozen=True)
 class PartitionCounter:
     """Picklable: what each task needs to count the normalized frame's batches."""
+
     features: tuple[CountedFeature, ...]
 
     @classmethod
-    def of(cls, features: list[tuple[str, str]]) -> "PartitionCounter":
+    def of(cls, features: list[tuple[str, str]]) -> PartitionCounter:
         """``features``: (name, type) in model config order."""
         return cls(tuple(CountedFeature(i, name, type_) for i, (name, type_) in enumerate(features)))
 
@@ -66,31 +76,42 @@ class PartitionCounter:
             yield from pending.flush_if_full()
         yield from pending.flush()
 
-    def count(self, rows: int, columns: dict[int, pa.Array], valid: pa.Array | None, rejects: pa.Array | None,
-              pending: "_Pending") -> None:
+    def count(
+        self,
+        rows: int,
+        columns: dict[int, pa.Array],
+        valid: pa.Array | None,
+        rejects: pa.Array | None,
+        pending: _Pending,
+    ) -> None:
         """One batch of ``rows`` samples: feature index -> its column (missing: absent in every
         sample); ``valid``: parseable rows (None: all); ``rejects``: per row, reject codes (or None)."""
         parsed = rows if valid is None else (pc.sum(valid).as_py() or 0)
-        pending.tally(record_code(ROW), 1, parsed)
-        pending.tally(record_code(ROW), 0, rows - parsed)
+        pending.tally(record_code(RecordKind.ROW), RowOutcome.PARSED, parsed)
+        pending.tally(record_code(RecordKind.ROW), RowOutcome.MALFORMED, rows - parsed)
         keep = valid if parsed < rows else None
         for f in self.features:
             if f.index in columns:
                 column = columns[f.index] if keep is None else columns[f.index].filter(keep)
                 self._count_feature(f, column, pending)
         if rejects is not None:
-            pending.add(record_code(REJECT), (rejects if keep is None else rejects.filter(keep)).flatten())
+            pending.add(
+                record_code(RecordKind.REJECT), (rejects if keep is None else rejects.filter(keep)).flatten()
+            )
 
     @staticmethod
-    def _count_feature(f: CountedFeature, column: pa.Array, pending: "_Pending") -> None:
-        code = record_code(ID, f.index)
+    def _count_feature(f: CountedFeature, column: pa.Array, pending: _Pending) -> None:
+        code = record_code(RecordKind.ID, f.index)
         if not is_multi_hot(f.type):
             if _is_text(column.type):
                 present = pc.and_(pc.is_valid(column), pc.not_equal(column, "")).fill_null(False)
                 if f.type == "hex":
                     ok = pc.match_substring_regex(column, HEX_PATTERN).fill_null(False)
-                    pending.tally(record_code(REJECT), reject_code(f.index, "not_hex"),
-                                  pc.sum(pc.and_not(present, ok)).as_py() or 0)
+                    pending.tally(
+                        record_code(RecordKind.REJECT),
+                        reject_code(f.index, "not_hex"),
+                        pc.sum(pc.and_not(present, ok)).as_py() or 0,
+                    )
                     present = pc.and_(present, ok)
                 pending.add(code, column.filter(present), text=True)
             else:
@@ -109,10 +130,12 @@ class PartitionCounter:
                 ends = np.concatenate(([0], np.cumsum(lengths)))
                 seen = np.concatenate(([0], np.cumsum(kept)))
                 lengths = seen[ends[1:]] - seen[ends[:-1]]
-                pending.tally(record_code(REJECT), reject_code(f.index, "null_id"), len(kept) - int(seen[-1]))
+                pending.tally(
+                    record_code(RecordKind.REJECT), reject_code(f.index, "null_id"), len(kept) - int(seen[-1])
+                )
                 ids = ids.filter(present)
         pending.add(code, ids if text else ids.cast(pa.int64()), text=text)
-        pending.add(record_code(POOLING, f.index), pa.array(lengths, pa.int64()))
+        pending.add(record_code(RecordKind.POOLING, f.index), pa.array(lengths, pa.int64()))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +143,7 @@ class ParquetFileCounter:
     """Picklable: a task's input batches hold its number (column ``id``), ``tasks`` each task's
     Parquet files, which it reads with pyarrow and counts. A file that cannot be read fails the
     task with ``reading file <uri>``, which the driver turns into a corrupt-input error naming it."""
+
     counter: PartitionCounter
     tasks: tuple[tuple[str, ...], ...]
 
@@ -140,20 +164,28 @@ class ParquetFileCounter:
         try:
             filesystem, path = pyarrow.fs.FileSystem.from_uri(arrow_uri(uri))
         except (pa.ArrowException, OSError, ValueError) as exc:  # the executor's pyarrow, not the file
-            raise RuntimeError(f"pyarrow on this executor cannot open the filesystem of {uri} ({exc}); "
-                               "profile with --parquet-reader spark") from None
+            raise RuntimeError(
+                f"pyarrow on this executor cannot open the filesystem of {uri} ({exc}); "
+                "profile with --parquet-reader spark"
+            ) from None
         try:
             file = pq.ParquetFile(filesystem.open_input_file(path))
             schema = file.schema_arrow
-            wanted = [f for f in self.counter.features if f.name in schema.names]  # a missing column: all null
+            wanted = [
+                f for f in self.counter.features if f.name in schema.names
+            ]  # a missing column: all null
             for f in wanted:
                 if not _holds(schema.field(f.name).type, f.type):
-                    raise pa.ArrowInvalid(f"column {f.name!r} has type {schema.field(f.name).type}, "
-                                          f"the model config says {f.type}")
-            for batch in file.iter_batches(PARQUET_BATCH_ROWS, columns=[f.name for f in wanted], use_threads=False):
+                    raise pa.ArrowInvalid(
+                        f"column {f.name!r} has type {schema.field(f.name).type}, "
+                        f"the model config says {f.type}"
+                    )
+            for batch in file.iter_batches(
+                PARQUET_BATCH_ROWS, columns=[f.name for f in wanted], use_threads=False
+            ):
                 yield batch.num_rows, {f.index: batch.column(f.name) for f in wanted}
         except (pa.ArrowException, OSError) as exc:
-            raise RuntimeError(f"reading file {uri} failed: {type(exc).__name__}: {exc}") from None
+            raise RuntimeError(unreadable_file_message(uri, exc)) from None
 
 
 def _is_text(arrow_type: pa.DataType) -> bool:
@@ -173,7 +205,7 @@ def _holds(arrow_type: pa.DataType, feature_type: str) -> bool:
 def arrow_uri(uri: str) -> str:
     """Hadoop's spelling of a local file (``file:/x``) -> one pyarrow opens (``file:///x``)."""
     if uri.startswith("file:/") and not uri.startswith("file:///"):
-        return "file:///" + uri[len("file:/"):].lstrip("/")
+        return "file:///" + uri[len("file:/") :].lstrip("/")
     return uri
 
 
@@ -205,11 +237,24 @@ class _Pending:
             if text and not pa.types.is_string(values.type):  # large_string -> the schema's string
                 values = values.cast(pa.string())
             none = pa.nulls(n, pa.int64() if text else pa.string())
-            yield pa.RecordBatch.from_arrays([pa.array(np.full(n, code, np.int32)), none if text else values,
-                                              values if text else none, counts], schema=_ARROW_SCHEMA)
-        if self.known:
-            codes, keys = zip(*self.known)
             yield pa.RecordBatch.from_arrays(
-                [pa.array(codes, pa.int32()), pa.array(keys, pa.int64()), pa.nulls(len(codes), pa.string()),
-                 pa.array(list(self.known.values()), pa.int64())], schema=_ARROW_SCHEMA)
+                [
+                    pa.array(np.full(n, code, np.int32)),
+                    none if text else values,
+                    values if text else none,
+                    counts,
+                ],
+                schema=_ARROW_SCHEMA,
+            )
+        if self.known:
+            codes, keys = zip(*self.known, strict=True)
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.array(codes, pa.int32()),
+                    pa.array(keys, pa.int64()),
+                    pa.nulls(len(codes), pa.string()),
+                    pa.array(list(self.known.values()), pa.int64()),
+                ],
+                schema=_ARROW_SCHEMA,
+            )
         self.chunks, self.known, self.values = {}, {}, 0

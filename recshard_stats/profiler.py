@@ -29,10 +29,24 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from recshard_stats.options import DEFAULT_MAX_REJECT_FRACTION, ProfileOptions, SketchOptions
-from recshard_stats.profile_assembly import (SAMPLE_BUCKETS, CollectedAggregates, CountTriples, ProfileLayout,
-                                             SketchedTotals, assemble, check_rejects)
-from recshard_stats.record_codes import (FEATURE_BITS, ID, POOLING, REJECT, REJECT_REASONS, TABLE, decode_record,
-                                         decode_reject, record_code)
+from recshard_stats.profile_assembly import (
+    SAMPLE_BUCKETS,
+    CollectedAggregates,
+    CountTriples,
+    ProfileLayout,
+    SketchedTotals,
+    assemble,
+    check_rejects,
+)
+from recshard_stats.record_codes import (
+    FEATURE_BITS,
+    REJECT_REASONS,
+    RecordKind,
+    RowOutcome,
+    decode_record,
+    decode_reject,
+    record_code,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +57,7 @@ DEFAULT_CDF_POINTS = ProfileOptions.cdf_points
 class ProfileResult:
     """Small tables as lists of row dicts (schemas in :mod:`recshard_stats.schemas`), plus the
     distributed per-row access counts (``None`` unless asked for)."""
+
     tables: dict[str, list[dict]]
     row_counts: DataFrame | None
     input_rows: int
@@ -60,7 +75,7 @@ def _records(partial: DataFrame, layout: ProfileLayout) -> DataFrame:
     """Partial counts ``(code, key, text, count)`` (:mod:`~recshard_stats.partition_counts`) ->
     ``(code, key, count)``: each text becomes its key (hex: its value; a string: its XXH64),
     once per distinct text of a task, before the shuffle."""
-    hex_codes = [record_code(ID, f.index) for f in layout.features if f.type == "hex"]
+    hex_codes = [record_code(RecordKind.ID, f.index) for f in layout.features if f.type == "hex"]
     text = F.col("text")
     as_key = F.xxhash64(text)
     if hex_codes:
@@ -71,9 +86,19 @@ def _records(partial: DataFrame, layout: ProfileLayout) -> DataFrame:
 def _feature_conf(spark: SparkSession, layout: ProfileLayout) -> DataFrame:
     """Per feature (a broadcast side table): its id code, table, hash size, key hashing and row sample."""
     return spark.createDataFrame(
-        [(f.index, record_code(ID, f.index), f.table, f.hash_size, f.hash_ids, layout.sample_below(f.table))
-         for f in layout.features],
-        "f int, code int, t int, hash_size bigint, hash_ids boolean, sample_below bigint")
+        [
+            (
+                f.index,
+                record_code(RecordKind.ID, f.index),
+                f.table,
+                f.hash_size,
+                f.hash_ids,
+                layout.sample_below(f.table),
+            )
+            for f in layout.features
+        ],
+        "f int, code int, t int, hash_size bigint, hash_ids boolean, sample_below bigint",
+    )
 
 
 def _count_of_counts(per_row: DataFrame, by: str, scale: dict | None = None) -> dict[int, CountTriples]:
@@ -88,9 +113,17 @@ def _count_of_counts(per_row: DataFrame, by: str, scale: dict | None = None) -> 
 def _non_id_counts(agg: DataFrame) -> CollectedAggregates:
     """Approximate mode: pooling histograms, reject counts, ids per feature and input rows from
     the aggregate, in one job (count-of-counts left empty)."""
-    ids = agg.where(F.col("kind") == ID).groupBy("code").agg(F.lit(0).cast("bigint").alias("key"),
-                                                             F.sum("count").alias("count"))
-    rows = agg.where(F.col("kind") != ID).select("code", "key", "count").unionByName(ids).collect()
+    ids = (
+        agg.where(F.col("kind") == RecordKind.ID.value)
+        .groupBy("code")
+        .agg(F.lit(0).cast("bigint").alias("key"), F.sum("count").alias("count"))
+    )
+    rows = (
+        agg.where(F.col("kind") != RecordKind.ID.value)
+        .select("code", "key", "count")
+        .unionByName(ids)
+        .collect()
+    )
     return _decode(((r["code"], r["key"], r["count"]) for r in rows), {})
 
 
@@ -100,41 +133,61 @@ def _decode(records, feature_ids: dict[int, int]) -> CollectedAggregates:
     pooling: dict[int, dict[int, int]] = {}
     rejects: dict[tuple[int, int], int] = {}
     feature_ids = dict(feature_ids)
-    row_kinds = {0: 0, 1: 0}
+    rows = dict.fromkeys(RowOutcome, 0)
     for code, key, count in records:
         kind, feature = decode_record(code)
-        if kind == ID:
+        if kind == RecordKind.ID:
             feature_ids[feature] = count
-        elif kind == POOLING:
+        elif kind == RecordKind.POOLING:
             pooling.setdefault(feature, {})[key] = count
-        elif kind == REJECT:
+        elif kind == RecordKind.REJECT:
             column, reason = decode_reject(key)
             rejects[(column, REJECT_REASONS.index(reason))] = count
         else:
-            row_kinds[key] = count
-    return CollectedAggregates(row_kinds[1], row_kinds[0], pooling, rejects, feature_ids, {}, {})
+            rows[RowOutcome(key)] = count
+    return CollectedAggregates(
+        rows[RowOutcome.PARSED], rows[RowOutcome.MALFORMED], pooling, rejects, feature_ids, {}, {}
+    )
 
 
-def profile(spark: SparkSession, partial: DataFrame, layout: ProfileLayout, *,
-            cdf_points: int = DEFAULT_CDF_POINTS, with_row_counts: bool = False,
-            max_reject_fraction: float = DEFAULT_MAX_REJECT_FRACTION,
-            sketch: SketchOptions | None = None) -> ProfileResult:
+def profile(
+    spark: SparkSession,
+    partial: DataFrame,
+    layout: ProfileLayout,
+    *,
+    cdf_points: int = DEFAULT_CDF_POINTS,
+    with_row_counts: bool = False,
+    max_reject_fraction: float = DEFAULT_MAX_REJECT_FRACTION,
+    sketch: SketchOptions | None = None,
+) -> ProfileResult:
     """Aggregate the partial counts of the logs (:func:`recshard_stats.spark_io.read_partial_counts`)
     and assemble every output table. ``layout`` must have been made with the same ``sketch`` (its
     row samples)."""
     records = _records(partial, layout)
-    log.info("profile: aggregating %d features (%s)", len(layout.features),
-             "approximate: row counts, then a pass for the HLL sketches" if sketch else "one pass")
+    log.info(
+        "profile: aggregating %d features (%s)",
+        len(layout.features),
+        "approximate: row counts, then a pass for the HLL sketches" if sketch else "one pass",
+    )
     cached: list[DataFrame] = []  # frames kept in memory, released on failure or after the row counts
     try:
         if sketch is None:
             aggregates, row_counts = _exact(spark, records, layout, with_row_counts, cached)
             check_rejects(layout.model, aggregates, max_reject_fraction)
         else:
-            aggregates, row_counts = _approximate(spark, records, layout, sketch, max_reject_fraction, cached), None
+            aggregates, row_counts = (
+                _approximate(spark, records, layout, sketch, max_reject_fraction, cached),
+                None,
+            )
         tables = assemble(layout, aggregates, cdf_points)
-        result = ProfileResult(tables, row_counts, aggregates.input_rows, aggregates.bad_rows,
-                               aggregates.num_samples, tuple(cached))
+        result = ProfileResult(
+            tables,
+            row_counts,
+            aggregates.input_rows,
+            aggregates.bad_rows,
+            aggregates.num_samples,
+            tuple(cached),
+        )
     except BaseException:
         for frame in cached:
             frame.unpersist()
@@ -144,21 +197,34 @@ def profile(spark: SparkSession, partial: DataFrame, layout: ProfileLayout, *,
     return result
 
 
-def _approximate(spark: SparkSession, records: DataFrame, layout: ProfileLayout, sketch: SketchOptions,
-                 max_reject_fraction: float, cached: list[DataFrame]) -> CollectedAggregates:
+def _approximate(
+    spark: SparkSession,
+    records: DataFrame,
+    layout: ProfileLayout,
+    sketch: SketchOptions,
+    max_reject_fraction: float,
+    cached: list[DataFrame],
+) -> CollectedAggregates:
     conf = _feature_conf(spark, layout)
     agg, sketches = _sketched(records, conf, sketch)
-    agg = (agg.withColumn("kind", F.shiftright("code", FEATURE_BITS))
-           .withColumn("f", F.col("code").bitwiseAND((1 << FEATURE_BITS) - 1))
-           .persist(StorageLevel.MEMORY_AND_DISK))
+    agg = (
+        agg.withColumn("kind", F.shiftright("code", FEATURE_BITS))
+        .withColumn("f", F.col("code").bitwiseAND((1 << FEATURE_BITS) - 1))
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
     cached.append(agg)
     counted = _non_id_counts(agg)
     check_rejects(layout.model, counted, max_reject_fraction)  # before the second pass
     return _sketched_distributions(spark, agg, sketches, conf, layout, counted)
 
 
-def _exact(spark: SparkSession, records: DataFrame, layout: ProfileLayout, with_row_counts: bool,
-           cached: list[DataFrame]) -> tuple[CollectedAggregates, DataFrame | None]:
+def _exact(
+    spark: SparkSession,
+    records: DataFrame,
+    layout: ProfileLayout,
+    with_row_counts: bool,
+    cached: list[DataFrame],
+) -> tuple[CollectedAggregates, DataFrame | None]:
     """Every exact aggregate in one Spark job after **one** shuffle of the partial counts.
 
     Before the shuffle each id gets its key (integer ids that hash with xxhash64 are hashed here,
@@ -170,53 +236,97 @@ def _exact(spark: SparkSession, records: DataFrame, layout: ProfileLayout, with_
     ``with_row_counts`` the per-row frame is kept (in ``cached``) for the row counts."""
     shared = layout.shared_tables
     levels = spark.createDataFrame(
-        [(record_code(ID, f.index), record_code(ID, f.index), f.table, f.hash_size, f.hash_ids)
-         for f in layout.features]
-        + [(record_code(ID, f.index), record_code(TABLE, f.table), f.table, f.hash_size, f.hash_ids)
-           for f in layout.features if f.table in shared],
-        "code int, level_code int, t int, hash_size bigint, hash_ids boolean")
+        [
+            (
+                record_code(RecordKind.ID, f.index),
+                record_code(RecordKind.ID, f.index),
+                f.table,
+                f.hash_size,
+                f.hash_ids,
+            )
+            for f in layout.features
+        ]
+        + [
+            (
+                record_code(RecordKind.ID, f.index),
+                record_code(RecordKind.TABLE, f.table),
+                f.table,
+                f.hash_size,
+                f.hash_ids,
+            )
+            for f in layout.features
+            if f.table in shared
+        ],
+        "code int, level_code int, t int, hash_size bigint, hash_ids boolean",
+    )
     joined = records.join(F.broadcast(levels), "code", "left")  # records of other kinds: no table
     key = F.when(F.col("hash_ids"), F.xxhash64("key")).otherwise(F.col("key"))
     row = F.when(F.col("t").isNotNull(), F.pmod(key, F.col("hash_size"))).otherwise(F.col("key"))
-    per_row = (joined.select(F.coalesce("level_code", "code").alias("code"), "t", key.alias("key"), row.alias("row"),
-                             "count")
-               .repartition("t", "row")
-               .groupBy("t", "row", "code", "key").agg(F.sum("count").alias("count"))
-               .groupBy("t", "row", "code").agg(F.sum("count").alias("c"), F.count("*").alias("nkeys")))
+    per_row = (
+        joined.select(
+            F.coalesce("level_code", "code").alias("code"), "t", key.alias("key"), row.alias("row"), "count"
+        )
+        .repartition("t", "row")
+        .groupBy("t", "row", "code", "key")
+        .agg(F.sum("count").alias("count"))
+        .groupBy("t", "row", "code")
+        .agg(F.sum("count").alias("c"), F.count("*").alias("nkeys"))
+    )
     if with_row_counts:
         per_row = per_row.persist(StorageLevel.MEMORY_AND_DISK)
         cached.append(per_row)
     # ids: (access count, rows, keys) per feature or shared table; other kinds: (key, count)
     by = F.when(F.col("t").isNotNull(), F.col("c")).otherwise(F.col("row"))
-    small = per_row.groupBy("code", by.alias("b")).agg(F.count("*").alias("rows"), F.sum("nkeys").alias("keys"),
-                                                       F.sum("c").alias("total"))
+    small = per_row.groupBy("code", by.alias("b")).agg(
+        F.count("*").alias("rows"), F.sum("nkeys").alias("keys"), F.sum("c").alias("total")
+    )
     feature_coc: dict[int, CountTriples] = {}
     shared_coc: dict[int, CountTriples] = {}
     others = []
     for code, b, rows, keys, total in small.collect():  # the one job
         kind, index = decode_record(code)
-        if kind in (ID, TABLE):
-            (feature_coc if kind == ID else shared_coc).setdefault(index, []).append((b, rows, keys))
+        if kind in (RecordKind.ID, RecordKind.TABLE):
+            (feature_coc if kind == RecordKind.ID else shared_coc).setdefault(index, []).append(
+                (b, rows, keys)
+            )
         else:
             others.append((code, b, total))
     feature_ids = {f: sum(c * rows for c, rows, _ in triples) for f, triples in feature_coc.items()}
-    aggregates = dataclasses.replace(_decode(others, feature_ids), feature_coc=feature_coc,
-                                     table_coc=_unshared_tables(shared_coc, feature_coc, layout))
+    aggregates = dataclasses.replace(
+        _decode(others, feature_ids),
+        feature_coc=feature_coc,
+        table_coc=_unshared_tables(shared_coc, feature_coc, layout),
+    )
     if not with_row_counts:
         return aggregates, None
     # a table's rows: its feature's, or (fed by several) its own
-    table_level = [record_code(TABLE, j) if j in shared else record_code(ID, layout.features_of(j)[0])
-                   for j in range(len(layout.model.tables))]
-    names = spark.createDataFrame([(j, t.name) for j, t in enumerate(layout.model.tables)], "t int, table string")
-    row_counts = (per_row.where(F.col("code").isin(*table_level)).join(F.broadcast(names), "t")
-                  .select("table", "row", F.col("c").alias("access_count")))
+    table_level = [
+        record_code(RecordKind.TABLE, j)
+        if j in shared
+        else record_code(RecordKind.ID, layout.features_of(j)[0])
+        for j in range(len(layout.model.tables))
+    ]
+    names = spark.createDataFrame(
+        [(j, t.name) for j, t in enumerate(layout.model.tables)], "t int, table string"
+    )
+    row_counts = (
+        per_row.where(F.col("code").isin(*table_level))
+        .join(F.broadcast(names), "t")
+        .select("table", "row", F.col("c").alias("access_count"))
+    )
     return aggregates, row_counts
 
 
 def _unshared_tables(table_coc: dict, feature_coc: dict, layout: ProfileLayout) -> dict:
     """Tables fed by several features keep their own count-of-counts; the others have their feature's."""
-    return {**table_coc, **{f.table: feature_coc[f.index] for f in layout.features
-                            if f.table not in layout.shared_tables and f.index in feature_coc}}
+    return {
+        **table_coc,
+        **{
+            f.table: feature_coc[f.index]
+            for f in layout.features
+            if f.table not in layout.shared_tables and f.index in feature_coc
+        },
+    }
 
 
 def _sketched(records: DataFrame, conf: DataFrame, sketch: SketchOptions) -> tuple[DataFrame, DataFrame]:
@@ -233,24 +343,42 @@ def _sketched(records: DataFrame, conf: DataFrame, sketch: SketchOptions) -> tup
     counts = ids.groupBy("code", bucket.alias("key")).agg(F.sum("count").alias("count"))
     # a table that keeps every row counts its rows exactly, so only sampled tables sketch them
     sketched_row = F.when(F.col("sample_below") < SAMPLE_BUCKETS, row)
-    sketches = (ids.where(F.col("hash_size").isNotNull()).groupBy("code")
-                .agg(F.hll_sketch_agg(key, k).alias("ids"), F.hll_sketch_agg(sketched_row, k).alias("rows")))
+    sketches = (
+        ids.where(F.col("hash_size").isNotNull())
+        .groupBy("code")
+        .agg(F.hll_sketch_agg(key, k).alias("ids"), F.hll_sketch_agg(sketched_row, k).alias("rows"))
+    )
     return counts, sketches
 
 
-def _sketched_distributions(spark: SparkSession, agg: DataFrame, sketches: DataFrame, conf: DataFrame,
-                            layout: ProfileLayout, counted: CollectedAggregates) -> CollectedAggregates:
+def _sketched_distributions(
+    spark: SparkSession,
+    agg: DataFrame,
+    sketches: DataFrame,
+    conf: DataFrame,
+    layout: ProfileLayout,
+    counted: CollectedAggregates,
+) -> CollectedAggregates:
     """Count-of-counts of the sampled rows, scaled up; exact totals and HLL distinct counts (per
     table: the union of its features' sketches)."""
     bits, shared = layout.sample_bits, sorted(layout.shared_tables)
-    ids = agg.where(F.col("kind") == ID).join(F.broadcast(conf.select("f", "t")), "f")
-    sampled = ids.where(F.col("key") >= 0).select("f", "t", F.col("key").alias("row"), F.col("count").alias("c"))
-    feature_coc = _count_of_counts(sampled.withColumn("nkeys", F.lit(0)), "f",
-                                   {f.index: 1 << bits[f.table] for f in layout.features})
+    ids = agg.where(F.col("kind") == RecordKind.ID.value).join(F.broadcast(conf.select("f", "t")), "f")
+    sampled = ids.where(F.col("key") >= 0).select(
+        "f", "t", F.col("key").alias("row"), F.col("count").alias("c")
+    )
+    feature_coc = _count_of_counts(
+        sampled.withColumn("nkeys", F.lit(0)), "f", {f.index: 1 << bits[f.table] for f in layout.features}
+    )
     # a table fed by several features sums their counts per row (the others' are their feature's)
-    per_shared_row = (sampled.where(F.col("t").isin(*shared)).groupBy("t", "row").agg(F.sum("c").alias("c"))
-                      .withColumn("nkeys", F.lit(0)))
-    table_coc = _count_of_counts(per_shared_row, "t", {j: 1 << b for j, b in enumerate(bits)}) if shared else {}
+    per_shared_row = (
+        sampled.where(F.col("t").isin(*shared))
+        .groupBy("t", "row")
+        .agg(F.sum("c").alias("c"))
+        .withColumn("nkeys", F.lit(0))
+    )
+    table_coc = (
+        _count_of_counts(per_shared_row, "t", {j: 1 << b for j, b in enumerate(bits)}) if shared else {}
+    )
     table_coc = _unshared_tables(table_coc, feature_coc, layout)
     accesses = counted.feature_ids
     # the sketches are a few KiB per feature: collected once, so the second pass runs once
@@ -261,15 +389,27 @@ def _sketched_distributions(spark: SparkSession, agg: DataFrame, sketches: DataF
     small = spark.createDataFrame(collected, "f int, t int, ids binary, rows binary")
 
     def estimates(level: str) -> dict[int, tuple[float, float]]:
-        union = small.groupBy(level).agg(F.hll_sketch_estimate(F.hll_union_agg("ids")).alias("ids"),
-                                         F.hll_sketch_estimate(F.hll_union_agg("rows")).alias("rows"))
+        union = small.groupBy(level).agg(
+            F.hll_sketch_estimate(F.hll_union_agg("ids")).alias("ids"),
+            F.hll_sketch_estimate(F.hll_union_agg("rows")).alias("rows"),
+        )
         return {r[level]: (r["ids"], r["rows"]) for r in union.collect()}
 
     # a table whose rows are all kept counts them exactly (None: from its count-of-counts)
-    feature_totals = {i: SketchedTotals(accesses.get(i, 0), ids_, rows if bits[layout.features[i].table] else None)
-                      for i, (ids_, rows) in estimates("f").items()}
-    table_totals = {j: SketchedTotals(sum(accesses.get(i, 0) for i in layout.features_of(j)), ids_,
-                                      rows if bits[j] else None)
-                    for j, (ids_, rows) in estimates("t").items()}
-    return dataclasses.replace(counted, feature_coc=feature_coc, table_coc=table_coc,
-                               feature_totals=feature_totals, table_totals=table_totals)
+    feature_totals = {
+        i: SketchedTotals(accesses.get(i, 0), ids_, rows if bits[layout.features[i].table] else None)
+        for i, (ids_, rows) in estimates("f").items()
+    }
+    table_totals = {
+        j: SketchedTotals(
+            sum(accesses.get(i, 0) for i in layout.features_of(j)), ids_, rows if bits[j] else None
+        )
+        for j, (ids_, rows) in estimates("t").items()
+    }
+    return dataclasses.replace(
+        counted,
+        feature_coc=feature_coc,
+        table_coc=table_coc,
+        feature_totals=feature_totals,
+        table_totals=table_totals,
+    )

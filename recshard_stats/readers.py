@@ -55,9 +55,13 @@ def _ids(value: Column, feature_type: str) -> Column:
     return value if feature_type in ("string", "hex") else value.cast("bigint")
 
 
-def _normalize(df: DataFrame, values: list[Column], model: ModelConfig, rejects: list[Column],
-               valid: Column) -> DataFrame:
-    ids = [_ids(value, feature.type).alias(f"k{i}") for i, (feature, value) in enumerate(zip(model.features, values))]
+def _normalize(
+    df: DataFrame, values: list[Column], model: ModelConfig, rejects: list[Column], valid: Column
+) -> DataFrame:
+    ids = [
+        _ids(value, feature.type).alias(f"k{i}")
+        for i, (feature, value) in enumerate(zip(model.features, values, strict=True))
+    ]
     all_rejects = F.concat(*rejects) if rejects else F.lit(None).cast("array<bigint>")
     return df.select(*ids, all_rejects.alias("_rejects"), valid.alias("_valid"))
 
@@ -78,19 +82,21 @@ def check_parquet_schema(schema: T.StructType, model: ModelConfig, source: str) 
             raise RecShardError(
                 Reason.SCHEMA_MISMATCH,
                 f"{source}: feature column {feature.name!r} (type {feature.type}) is missing from the logs",
-                fixes=(f"columns present: {sorted(fields)[:20]}", "fix the model config's feature names"))
+                fixes=(f"columns present: {sorted(fields)[:20]}", "fix the model config's feature names"),
+            )
         found = fields[feature.name]
         ok = isinstance(found, _PARQUET_TYPES[feature.type])
-        if ok and feature.type == "array<int64>":
+        if isinstance(found, T.ArrayType) and feature.type == "array<int64>":
             ok = isinstance(found.elementType, (T.LongType, T.IntegerType))
-        if ok and feature.type == "array<string>":
+        if isinstance(found, T.ArrayType) and feature.type == "array<string>":
             ok = isinstance(found.elementType, T.StringType)
         if not ok:
             raise RecShardError(
                 Reason.SCHEMA_MISMATCH,
                 f"{source}: column {feature.name!r} has type {found.simpleString()}, "
                 f"model config says {feature.type}",
-                fixes=("change the feature's type in the model config",))
+                fixes=("change the feature's type in the model config",),
+            )
 
 
 def normalize_parquet(df: DataFrame, model: ModelConfig, source: str = "input") -> DataFrame:
@@ -121,15 +127,22 @@ CORRUPT_COLUMN = "_corrupt_record"
 
 def check_csv_columns(columns: list[str], model: ModelConfig, source: str) -> None:
     missing = [f.name for f in model.features if f.name not in columns]
+    assert model.csv is not None, "a CSV header checked against a model of another format"
     if missing:
         raise RecShardError(
-            Reason.SCHEMA_MISMATCH, f"{source}: feature column(s) {missing} are not in the header {columns[:20]}",
-            fixes=("the first line of each file must name the columns", "check the model config's feature names",
-                   f"check input.separator ({model.csv.separator!r})"))
+            Reason.SCHEMA_MISMATCH,
+            f"{source}: feature column(s) {missing} are not in the header {columns[:20]}",
+            fixes=(
+                "the first line of each file must name the columns",
+                "check the model config's feature names",
+                f"check input.separator ({model.csv.separator!r})",
+            ),
+        )
 
 
-def _csv_value(value: Column, index: int, feature_type: str,
-               list_separator: str) -> tuple[Column, Column | None]:
+def _csv_value(
+    value: Column, index: int, feature_type: str, list_separator: str
+) -> tuple[Column, Column | None]:
     """A CSV field -> the value the typed path takes (as Parquet would hold it), and the rejects
     only text can have (an integer id that is not one). Empty = absent, for every type; in a
     list (``a|b|c``) an empty element is a null id."""
@@ -137,12 +150,15 @@ def _csv_value(value: Column, index: int, feature_type: str,
     if feature_type in ("int64", "array<int64>"):
         if feature_type == "int64":
             ok = _is_int64(value)
-            return F.when(present & ok, value.try_cast("bigint")), \
-                F.when(present & ~ok, _reject(index, "not_integer")).otherwise(_empty())
+            return F.when(present & ok, value.try_cast("bigint")), F.when(
+                present & ~ok, _reject(index, "not_integer")
+            ).otherwise(_empty())
         parts = F.when(present, F.split(value, re.escape(list_separator), -1))
         kept = F.filter(parts, lambda x: (x == "") | _is_int64(x))
         bad = F.coalesce(F.size(parts) - F.size(kept), F.lit(0))
-        return F.transform(kept, lambda x: F.when(x != "", x.try_cast("bigint"))), _reject(index, "not_integer", bad)
+        return F.transform(kept, lambda x: F.when(x != "", x.try_cast("bigint"))), _reject(
+            index, "not_integer", bad
+        )
     if feature_type == "array<string>":
         return F.when(present, F.split(value, re.escape(list_separator), -1)), None
     return value, None
@@ -157,6 +173,7 @@ def normalize_csv(df: DataFrame, model: ModelConfig) -> DataFrame:
     """CSV/TSV logs read with every column as a string and Spark's ``_corrupt_record`` (a line
     with another number of fields than the header): the features parsed by their declared type,
     multi-hot fields split by ``input.list_separator``."""
+    assert model.csv is not None, "CSV logs read for a model of another format"
     values, extra = [], []
     for i, feature in enumerate(model.features):
         value, rejects = _csv_value(F.col(f"`{feature.name}`"), i, feature.type, model.csv.list_separator)

@@ -21,7 +21,7 @@ def hotter_rows(spark: SparkSession, stats: StatsPartition, tables: list[str]) -
     for name in tables:
         coc = stats.count_of_counts("table", name)  # hottest first
         hotter = 0
-        for count, rows in zip(coc.counts.tolist(), coc.rows.tolist()):
+        for count, rows in zip(coc.counts.tolist(), coc.rows.tolist(), strict=True):
             records.append((name, count, hotter))
             hotter += rows
     return spark.createDataFrame(records, "table string, access_count bigint, hotter bigint")
@@ -30,9 +30,11 @@ def hotter_rows(spark: SparkSession, stats: StatsPartition, tables: list[str]) -
 def remap_rows(row_counts: DataFrame, hotter: DataFrame) -> DataFrame:
     """(table, row, access_count) -> (table, row, index, access_count); ties by row ascending."""
     within = Window.partitionBy("table", "access_count").orderBy("row")
-    return (row_counts.join(F.broadcast(hotter), ["table", "access_count"])
-            .withColumn("index", F.col("hotter") + F.row_number().over(within) - 1)
-            .select("table", "row", "index", "access_count"))
+    return (
+        row_counts.join(F.broadcast(hotter), ["table", "access_count"])
+        .withColumn("index", F.col("hotter") + F.row_number().over(within) - 1)
+        .select("table", "row", "index", "access_count")
+    )
 
 
 def unseen_hbm_below(remapped: DataFrame, spill: DataFrame) -> DataFrame:
@@ -43,17 +45,27 @@ def unseen_hbm_below(remapped: DataFrame, spill: DataFrame) -> DataFrame:
     ``k + r`` for the first s with ``s - r >= k``, else ``k + n_seen``. Only these tables'
     seen rows are ranked."""
     by_row = Window.partitionBy("table").orderBy("row")
-    ranked = (remapped.join(F.broadcast(spill.select("table", "k")), "table")
-              .withColumn("rank", F.row_number().over(by_row) - 1))
-    first = (ranked.where(F.col("row") - F.col("rank") >= F.col("k"))
-             .groupBy("table").agg(F.min("rank").alias("rank")))
-    return (spill.join(first, "table", "left")
-            .select("table", (F.col("k") + F.coalesce(F.col("rank"), F.col("n_seen"))).alias("below_row")))
+    ranked = remapped.join(F.broadcast(spill.select("table", "k")), "table").withColumn(
+        "rank", F.row_number().over(by_row) - 1
+    )
+    first = (
+        ranked.where(F.col("row") - F.col("rank") >= F.col("k"))
+        .groupBy("table")
+        .agg(F.min("rank").alias("rank"))
+    )
+    return spill.join(first, "table", "left").select(
+        "table", (F.col("k") + F.coalesce(F.col("rank"), F.col("n_seen"))).alias("below_row")
+    )
 
 
 def empty_remap_table():
     """The remap of a table no row of which was seen: no rows (every row keeps its place)."""
     import pyarrow as pa
 
-    return pa.table({"row": pa.array([], pa.int64()), "index": pa.array([], pa.int64()),
-                     "access_count": pa.array([], pa.int64())})
+    return pa.table(
+        {
+            "row": pa.array([], pa.int64()),
+            "index": pa.array([], pa.int64()),
+            "access_count": pa.array([], pa.int64()),
+        }
+    )

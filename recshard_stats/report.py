@@ -16,10 +16,12 @@ import pathlib
 import numpy as np
 
 from recshard_stats.atomic import write_text_atomic
-from recshard_stats.manifest import Manifest, load_manifest
+from recshard_stats.manifest import Manifest
+from recshard_stats.manifest_loader import load_manifest
 from recshard_stats.replay import EVALUATION_NAME, Evaluation, load_evaluation
 from recshard_stats.schemas import StatsMetadata
 from recshard_stats.stats_reader import StatsPartition, load_stats
+from recshard_stats.units import GIB
 
 FIGURES = ("access_cdf", "pooling", "coverage_unused", "gpu_cost", "gpu_hbm")
 
@@ -47,11 +49,13 @@ def fig_access_cdf(stats: StatsPartition, manifest: Manifest):
     cdf = cdf[cdf.level == "table"]
     fig, ax = plt.subplots(figsize=(9, 5))
     rows_in_hbm = {t.name: t.rows_hbm for t in manifest.tables}
-    for color, (name, group) in zip(_colors(cdf.name.nunique()), cdf.groupby("name", sort=True)):
+    for color, (name, group) in zip(_colors(cdf.name.nunique()), cdf.groupby("name", sort=True), strict=True):
         ax.plot(group.rows, group.access_fraction, color=color, label=name, lw=1.2)
         rows_hbm = rows_in_hbm.get(name, 0)
         if 0 < rows_hbm <= group.rows.max():
-            ax.plot([rows_hbm], [np.interp(rows_hbm, group.rows, group.access_fraction)], "o", color=color, ms=4)
+            ax.plot(
+                [rows_hbm], [np.interp(rows_hbm, group.rows, group.access_fraction)], "o", color=color, ms=4
+            )
     ax.set_xscale("log")
     ax.set_xlabel("hottest rows (log scale); dot = rows the plan keeps in HBM")
     ax.set_ylabel("share of accesses")
@@ -68,7 +72,9 @@ def fig_pooling(stats: StatsPartition):
     hist = stats.tables["pooling_histogram"].to_pandas()
     hist = hist[hist.pooling_factor > 0]
     fig, ax = plt.subplots(figsize=(9, 4.5))
-    for color, (name, group) in zip(_colors(hist.feature.nunique()), hist.groupby("feature", sort=True)):
+    for color, (name, group) in zip(
+        _colors(hist.feature.nunique()), hist.groupby("feature", sort=True), strict=True
+    ):
         if len(group) > 1:
             ax.plot(group.pooling_factor, group.samples, ".-", color=color, label=name, lw=0.8, ms=3)
         else:
@@ -108,9 +114,11 @@ def fig_coverage_unused(stats: StatsPartition):
 
 def _plans(manifest: Manifest) -> list[tuple[str, list[float]]]:
     """(name, per-GPU cost ms) for RecShard, each baseline and each TorchRec plan."""
-    return [("recshard", [g.predicted_cost_ms for g in manifest.gpus]),
-            *((b.name, list(b.gpu_cost_ms)) for b in manifest.plan.baselines),
-            *((t.name, list(t.gpu_cost_ms)) for t in manifest.plan.torchrec if t.error is None)]
+    return [
+        ("recshard", [g.predicted_cost_ms for g in manifest.gpus]),
+        *((b.name, list(b.gpu_cost_ms)) for b in manifest.plan.baselines),
+        *((t.name, list(t.gpu_cost_ms)) for t in manifest.plan.torchrec if t.error is None),
+    ]
 
 
 def fig_gpu_cost(manifest: Manifest):
@@ -133,9 +141,9 @@ def fig_gpu_cost(manifest: Manifest):
 def fig_gpu_hbm(manifest: Manifest):
     import matplotlib.pyplot as plt
 
-    used = np.array([g.hbm_bytes_used for g in manifest.gpus]) / 2**30
-    buffers = np.array([g.trainer_buffer_bytes for g in manifest.gpus]) / 2**30
-    cap = manifest.gpus[0].hbm_bytes_capacity / 2**30
+    used = np.array([g.hbm_bytes_used for g in manifest.gpus]) / GIB
+    buffers = np.array([g.trainer_buffer_bytes for g in manifest.gpus]) / GIB
+    cap = manifest.gpus[0].hbm_bytes_capacity / GIB
     fig, ax = plt.subplots(figsize=(9, 3.5))
     ax.bar(np.arange(len(used)), buffers, color="#8172b3", label="trainer buffers (ids, pooled outputs)")
     ax.bar(np.arange(len(used)), used, bottom=buffers, color="#55a868", label="RecShard HBM rows")
@@ -166,34 +174,62 @@ def _summary_table(manifest: Manifest, evaluation: Evaluation | None) -> str:
     """Every plan in our cost model (and replayed, when an evaluation is given), with TorchRec's
     rating of it where the manifest has one; a TorchRec plan that failed shows TorchRec's error."""
     plan = manifest.plan
-    rows = [("recshard", plan.objective_ms, plan.imbalance, plan.uvm_access_fraction, 1.0, plan.torchrec_rating_ms)]
-    rows += [(b.name, b.max_cost_ms, b.imbalance, b.uvm_access_fraction, b.cost_vs_recshard, b.torchrec_rating_ms)
-             for b in plan.baselines]
-    rows += [(t.name, t.max_cost_ms, t.imbalance, t.uvm_access_fraction, t.cost_vs_recshard, t.torchrec_rating_ms)
-             for t in plan.torchrec if t.error is None]
+    rows: list[tuple[str, float | None, float | None, float | None, float | None, float | None]] = [
+        (
+            "recshard",
+            plan.objective_ms,
+            plan.imbalance,
+            plan.uvm_access_fraction,
+            1.0,
+            plan.torchrec_rating_ms,
+        )
+    ]
+    rows += [
+        (b.name, b.max_cost_ms, b.imbalance, b.uvm_access_fraction, b.cost_vs_recshard, b.torchrec_rating_ms)
+        for b in plan.baselines
+    ]
+    rows += [
+        (t.name, t.max_cost_ms, t.imbalance, t.uvm_access_fraction, t.cost_vs_recshard, t.torchrec_rating_ms)
+        for t in plan.torchrec
+        if t.error is None
+    ]
     replay = evaluation.plans if evaluation else {}
-    head = ("<tr><th>plan</th><th>max GPU ms/batch</th><th>imbalance</th><th>UVM accesses</th>"
-            "<th>cost vs RecShard</th><th>replayed ms</th><th>replayed UVM</th><th>TorchRec's rating ms</th></tr>")
+    head = (
+        "<tr><th>plan</th><th>max GPU ms/batch</th><th>imbalance</th><th>UVM accesses</th>"
+        "<th>cost vs RecShard</th><th>replayed ms</th><th>replayed UVM</th><th>TorchRec's rating ms</th></tr>"
+    )
     body = "".join(
         f"<tr><td>{html.escape(n)}</td><td>{c:.4f}</td><td>{i:.2f}</td><td>{u:.2%}</td><td>{r:.2f}x</td>"
-        + (f"<td>{replay[n].max_cost_ms:.4f}</td><td>{replay[n].uvm_access_fraction:.2%}</td>"
-           if n in replay else "<td>-</td><td>-</td>")
-        + (f"<td>{rating:.4f}</td>" if rating is not None else "<td>-</td>") + "</tr>"
-        for n, c, i, u, r, rating in rows)
-    failed = "".join(f"<li>{html.escape(t.name)}: no plan after {t.planning_seconds:.1f}s: {html.escape(t.error)}</li>"
-                     for t in plan.torchrec if t.error is not None)
+        + (
+            f"<td>{replay[n].max_cost_ms:.4f}</td><td>{replay[n].uvm_access_fraction:.2%}</td>"
+            if n in replay
+            else "<td>-</td><td>-</td>"
+        )
+        + (f"<td>{rating:.4f}</td>" if rating is not None else "<td>-</td>")
+        + "</tr>"
+        for n, c, i, u, r, rating in rows
+    )
+    failed = "".join(
+        f"<li>{html.escape(t.name)}: no plan after {t.planning_seconds:.1f}s: {html.escape(t.error)}</li>"
+        for t in plan.torchrec
+        if t.error is not None
+    )
     return f"<table>{head}{body}</table>" + (f'<ul id="torchrec-errors">{failed}</ul>' if failed else "")
 
 
 def _placement_table(manifest: Manifest) -> str:
     """Per table: its GPU, or its column shards' GPUs, its HBM rows and its predicted cost."""
-    head = ("<tr><th>table</th><th>GPU</th><th>layout</th><th>rows in HBM</th><th>of rows</th>"
-            "<th>predicted HBM hits</th><th>predicted ms/batch</th></tr>")
+    head = (
+        "<tr><th>table</th><th>GPU</th><th>layout</th><th>rows in HBM</th><th>of rows</th>"
+        "<th>predicted HBM hits</th><th>predicted ms/batch</th></tr>"
+    )
     body = "".join(
         f"<tr><td>{html.escape(t.name)}</td><td>{', '.join(map(str, t.ranks))}</td>"
         f"<td>{f'column-wise x{len(t.column_shards)}' if t.column_shards else 'table-wise'}</td>"
         f"<td>{t.rows_hbm:,}</td><td>{t.hash_size:,}</td><td>{t.predicted_hbm_access_fraction:.2%}</td>"
-        f"<td>{t.predicted_cost_ms:.4f}</td></tr>" for t in manifest.tables)
+        f"<td>{t.predicted_cost_ms:.4f}</td></tr>"
+        for t in manifest.tables
+    )
     return f'<table id="placement">{head}{body}</table>'
 
 
@@ -206,14 +242,20 @@ def render(manifest_path, stats_path=None, evaluation_path=None) -> str:
     stats = load_stats(stats_path or manifest.inputs.stats)
     evaluation_path = pathlib.Path(evaluation_path or loaded.path.parent / EVALUATION_NAME)
     evaluation = load_evaluation(evaluation_path) if evaluation_path.is_file() else None
-    figures = [("access_cdf", fig_access_cdf(stats, manifest)), ("pooling", fig_pooling(stats)),
-               ("coverage_unused", fig_coverage_unused(stats)), ("gpu_cost", fig_gpu_cost(manifest)),
-               ("gpu_hbm", fig_gpu_hbm(manifest))]
+    figures = [
+        ("access_cdf", fig_access_cdf(stats, manifest)),
+        ("pooling", fig_pooling(stats)),
+        ("coverage_unused", fig_coverage_unused(stats)),
+        ("gpu_cost", fig_gpu_cost(manifest)),
+        ("gpu_hbm", fig_gpu_hbm(manifest)),
+    ]
     if evaluation:
         figures.append(("replay", fig_replay(evaluation)))
     plan = manifest.plan
-    blocks = "\n".join(f'<figure id="fig-{name}"><img alt="{name}" src="data:image/png;base64,{_png(fig)}">'
-                       f"</figure>" for name, fig in figures)
+    blocks = "\n".join(
+        f'<figure id="fig-{name}"><img alt="{name}" src="data:image/png;base64,{_png(fig)}"></figure>'
+        for name, fig in figures
+    )
     title = f"RecShard plan {html.escape(manifest.ds)} ({html.escape(manifest.model.name)})"
     cut = sum(1 for t in manifest.tables if t.column_shards)
     return f"""<!doctype html>
@@ -240,11 +282,18 @@ def _skipped(metadata: StatsMetadata) -> str:
     files, outliers = metadata.skipped_files, metadata.pooling_outliers
     text = ""
     if files:
-        text += (f' <b class="warning">{len(files)} corrupt input file(s) skipped</b>: '
-                 + ", ".join(html.escape(f) for f in files) + ".")
+        text += (
+            f' <b class="warning">{len(files)} corrupt input file(s) skipped</b>: '
+            + ", ".join(html.escape(f) for f in files)
+            + "."
+        )
     if outliers:
-        text += (' <b class="warning">outlying pooling factors</b> (a sample with far more ids than the '
-                 "feature's p99): " + ", ".join(f"{html.escape(f)} {n:,}" for f, n in sorted(outliers.items())) + ".")
+        text += (
+            ' <b class="warning">outlying pooling factors</b> (a sample with far more ids than the '
+            "feature's p99): "
+            + ", ".join(f"{html.escape(f)} {n:,}" for f, n in sorted(outliers.items()))
+            + "."
+        )
     return text
 
 

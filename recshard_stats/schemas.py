@@ -14,30 +14,58 @@ SCHEMA_VERSION = "1"
 # table name -> [(column, type)], types in Spark SQL's DDL vocabulary.
 TABLES: dict[str, list[tuple[str, str]]] = {
     "features": [
-        ("feature", "string"), ("table", "string"), ("hash_size", "bigint"),
-        ("num_samples", "bigint"), ("present_samples", "bigint"), ("coverage", "double"),
-        ("pf_mean", "double"), ("pf_mean_present", "double"),
-        ("pf_min", "bigint"), ("pf_max", "bigint"),
-        ("pf_p50", "bigint"), ("pf_p90", "bigint"), ("pf_p99", "bigint"),
-        ("total_accesses", "bigint"), ("unique_raw_ids", "bigint"), ("unique_rows", "bigint"),
-        ("expected_unique_rows", "double"), ("unused_rows", "bigint"),
-        ("null_ids", "bigint"), ("rejected_values", "bigint"),
+        ("feature", "string"),
+        ("table", "string"),
+        ("hash_size", "bigint"),
+        ("num_samples", "bigint"),
+        ("present_samples", "bigint"),
+        ("coverage", "double"),
+        ("pf_mean", "double"),
+        ("pf_mean_present", "double"),
+        ("pf_min", "bigint"),
+        ("pf_max", "bigint"),
+        ("pf_p50", "bigint"),
+        ("pf_p90", "bigint"),
+        ("pf_p99", "bigint"),
+        ("total_accesses", "bigint"),
+        ("unique_raw_ids", "bigint"),
+        ("unique_rows", "bigint"),
+        ("expected_unique_rows", "double"),
+        ("unused_rows", "bigint"),
+        ("null_ids", "bigint"),
+        ("rejected_values", "bigint"),
     ],
     "tables": [
-        ("table", "string"), ("features", "array<string>"), ("hash_size", "bigint"),
-        ("dim", "int"), ("hash", "string"), ("num_samples", "bigint"),
-        ("total_accesses", "bigint"), ("accesses_per_sample", "double"),
-        ("unique_keys", "bigint"), ("unique_rows", "bigint"),
-        ("expected_unique_rows", "double"), ("unused_rows", "bigint"),
+        ("table", "string"),
+        ("features", "array<string>"),
+        ("hash_size", "bigint"),
+        ("dim", "int"),
+        ("hash", "string"),
+        ("num_samples", "bigint"),
+        ("total_accesses", "bigint"),
+        ("accesses_per_sample", "double"),
+        ("unique_keys", "bigint"),
+        ("unique_rows", "bigint"),
+        ("expected_unique_rows", "double"),
+        ("unused_rows", "bigint"),
         ("max_row_accesses", "bigint"),
     ],
     "pooling_histogram": [("feature", "string"), ("pooling_factor", "bigint"), ("samples", "bigint")],
     # level is "feature" or "table"; rows accessed exactly access_count times (access_count >= 1).
-    "count_of_counts": [("level", "string"), ("name", "string"), ("access_count", "bigint"),
-                        ("rows", "bigint")],
+    "count_of_counts": [
+        ("level", "string"),
+        ("name", "string"),
+        ("access_count", "bigint"),
+        ("rows", "bigint"),
+    ],
     # F(rows) = share of accesses that hit the `rows` hottest rows, at log-spaced points.
-    "access_cdf": [("level", "string"), ("name", "string"), ("point", "int"), ("rows", "bigint"),
-                   ("access_fraction", "double")],
+    "access_cdf": [
+        ("level", "string"),
+        ("name", "string"),
+        ("point", "int"),
+        ("rows", "bigint"),
+        ("access_fraction", "double"),
+    ],
     # column "*" with reason wrong_field_count is a whole rejected input row.
     "rejects": [("column", "string"), ("reason", "string"), ("count", "bigint")],
     # optional, partitioned by table: access count of every accessed row.
@@ -50,16 +78,26 @@ SMALL_TABLES = ("features", "tables", "pooling_histogram", "count_of_counts", "a
 def spark_schema(name: str):
     from pyspark.sql import types as T
 
-    simple = {"string": T.StringType(), "bigint": T.LongType(), "int": T.IntegerType(),
-              "double": T.DoubleType(), "array<string>": T.ArrayType(T.StringType(), False)}
+    simple = {
+        "string": T.StringType(),
+        "bigint": T.LongType(),
+        "int": T.IntegerType(),
+        "double": T.DoubleType(),
+        "array<string>": T.ArrayType(T.StringType(), False),
+    }
     return T.StructType([T.StructField(c, simple[t], True) for c, t in TABLES[name]])
 
 
 def arrow_schema(name: str):
     import pyarrow as pa
 
-    simple = {"string": pa.string(), "bigint": pa.int64(), "int": pa.int32(), "double": pa.float64(),
-              "array<string>": pa.list_(pa.field("element", pa.string(), nullable=False))}  # as Spark writes it
+    simple = {
+        "string": pa.string(),
+        "bigint": pa.int64(),
+        "int": pa.int32(),
+        "double": pa.float64(),
+        "array<string>": pa.list_(pa.field("element", pa.string(), nullable=False)),
+    }  # as Spark writes it
     return pa.schema([(c, simple[t]) for c, t in TABLES[name]])
 
 
@@ -68,24 +106,28 @@ def output_row(table: str, /, **values) -> dict:
     error here, not a silent null in the Parquet file)."""
     columns = [c for c, _ in TABLES[table]]
     if set(values) != set(columns):
-        raise KeyError(f"{table} row: missing {sorted(set(columns) - set(values))}, "
-                       f"undeclared {sorted(set(values) - set(columns))}")
+        raise KeyError(
+            f"{table} row: missing {sorted(set(columns) - set(values))}, "
+            f"undeclared {sorted(set(values) - set(columns))}"
+        )
     return {c: values[c] for c in columns}
 
 
 @dataclasses.dataclass(frozen=True)
 class ApproximateMetadata:
     """How an approximate profile was computed, and the error bound of its distinct counts."""
+
     hll_lg_config_k: int
     distinct_count_relative_standard_error: float
     distinct_count_error_bound_99_7: float
     row_sample_bits: int
-    row_sample_rate: dict    # table -> share of its rows counted (count-of-counts scaled by the inverse)
+    row_sample_rate: dict  # table -> share of its rows counted (count-of-counts scaled by the inverse)
 
 
 @dataclasses.dataclass(frozen=True)
 class StatsMetadata:
     """``metadata.json`` of a stats partition: what was profiled, how, and what was left out."""
+
     ds: str
     created_at: str
     input_paths: tuple[str, ...]
@@ -94,15 +136,15 @@ class StatsMetadata:
     sample_seed: int
     input_rows: int
     rejected_rows: int
-    skipped_files: tuple[str, ...]      # corrupt (with --skip-corrupt-files) or empty input files left out
+    skipped_files: tuple[str, ...]  # corrupt (with --skip-corrupt-files) or empty input files left out
     num_samples: int
-    hash_functions: dict       # table -> "mod" | "xxhash64"
+    hash_functions: dict  # table -> "mod" | "xxhash64"
     hash_seed: int
     cdf_points: int
     row_counts: bool
     approximate: ApproximateMetadata | None
     spark_version: str
-    model: dict                # the model config as recshard_stats.config.ModelConfig.to_dict gives it
+    model: dict  # the model config as recshard_stats.config.ModelConfig.to_dict gives it
     model_digest: str
     schema_version: str = SCHEMA_VERSION
     # feature -> its outlying largest pooling factor

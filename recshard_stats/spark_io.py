@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import getpass
 import logging
 import os
@@ -17,6 +18,7 @@ import time
 
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.options import SparkOptions
+from recshard_stats.record_codes import unreadable_file_in
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +77,10 @@ class HadoopFS:
     def children(self, uri: str) -> list[tuple[str, str, float]]:
         """(name, uri, age in seconds) of each entry of a directory."""
         now = time.time()
-        return [(s.getPath().getName(), s.getPath().toString(), now - s.getModificationTime() / 1000)
-                for s in self.fs.listStatus(self.path(uri))]
+        return [
+            (s.getPath().getName(), s.getPath().toString(), now - s.getModificationTime() / 1000)
+            for s in self.fs.listStatus(self.path(uri))
+        ]
 
     def file_sizes(self, uri: str):
         """(uri, bytes) of the file, or of every file at any depth under the directory, that is
@@ -91,16 +95,22 @@ class HadoopFS:
         """``uri`` is (or can be made) a directory this job can write in: checked before the work."""
         path = self.path(uri)
         if self.fs.exists(path) and not self.fs.getFileStatus(path).isDirectory():
-            raise RecShardError(Reason.OUTPUT_INVALID, f"--out {uri} is a file, not a directory",
-                                fixes=("give a directory (it is created if missing)",))
+            raise RecShardError(
+                Reason.OUTPUT_INVALID,
+                f"--out {uri} is a file, not a directory",
+                fixes=("give a directory (it is created if missing)",),
+            )
         probe = f"{uri.rstrip('/')}/_write-probe-{os.getpid()}-{time.time_ns()}"
         try:
             self.write_text(probe, "")
             self.delete(probe)
         except Exception as exc:  # Py4J wraps Hadoop's AccessControlException, IOException...
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise RecShardError(Reason.OUTPUT_INVALID, f"cannot write in --out {uri}: {first}",
-                                fixes=("check the directory's permissions", "give another --out")) from None
+            raise RecShardError(
+                Reason.OUTPUT_INVALID,
+                f"cannot write in --out {uri}: {first}",
+                fixes=("check the directory's permissions", "give another --out"),
+            ) from None
 
 
 def spark_session(app: str, options: SparkOptions = SparkOptions()):
@@ -115,13 +125,19 @@ def spark_session(app: str, options: SparkOptions = SparkOptions()):
         builder = builder.master(master)
         if master.startswith("local"):
             # local mode talks to itself only: never bind the driver to an outside interface
-            builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
+            builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config(
+                "spark.driver.host", "127.0.0.1"
+            )
     spark_log = None
     if not under_spark_submit:  # this process starts the JVM: its log goes to a file
-        spark_log = options.spark_log or os.path.join(tempfile.gettempdir(), f"recshard-spark-{getpass.getuser()}.log")
+        spark_log = options.spark_log or os.path.join(
+            tempfile.gettempdir(), f"recshard-spark-{getpass.getuser()}.log"
+        )
         config = pathlib.Path(__file__).with_name("spark_log4j2.properties")
-        builder = builder.config("spark.driver.extraJavaOptions",
-                                 f"-Dlog4j2.configurationFile={config} -Drecshard.spark.log={spark_log}")
+        builder = builder.config(
+            "spark.driver.extraJavaOptions",
+            f"-Dlog4j2.configurationFile={config} -Drecshard.spark.log={spark_log}",
+        )
     if options.driver_memory:
         builder = builder.config("spark.driver.memory", options.driver_memory)
     if not under_spark_submit:
@@ -148,17 +164,20 @@ def local_uri(path) -> str:
 
 
 # names that are not logs: notes, configs, checksums and scripts left beside them
-NOT_LOGS = re.compile(r"(?i)^(readme|license|notice|changelog)([._-].*)?$|"
-                      r"\.(md|rst|json|ya?ml|toml|py|sh|html|pdf|sha256|md5|crc|lock)$")
+NOT_LOGS = re.compile(
+    r"(?i)^(readme|license|notice|changelog)([._-].*)?$|"
+    r"\.(md|rst|json|ya?ml|toml|py|sh|html|pdf|sha256|md5|crc|lock)$"
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class InputFiles:
     """What to read of the given inputs: the paths as given, or their log files when some files
     are left out; and what was left out, by name."""
+
     paths: tuple[str, ...]
-    empty: tuple[str, ...]       # zero-byte files (no rows; a Parquet reader would skip them unsaid)
-    not_logs: tuple[str, ...]    # files whose names say they are not logs (README, *.json, ...)
+    empty: tuple[str, ...]  # zero-byte files (no rows; a Parquet reader would skip them unsaid)
+    not_logs: tuple[str, ...]  # files whose names say they are not logs (README, *.json, ...)
 
 
 def screen_inputs(spark, inputs: list[str]) -> InputFiles:
@@ -168,8 +187,11 @@ def screen_inputs(spark, inputs: list[str]) -> InputFiles:
     fs = HadoopFS(spark, inputs[0])
     missing = [p for p in inputs if not fs.exists(p)]
     if missing:
-        raise RecShardError(Reason.INPUT_MISSING, f"input path(s) not found: {missing}",
-                            fixes=("check --input and that the day's logs have landed",))
+        raise RecShardError(
+            Reason.INPUT_MISSING,
+            f"input path(s) not found: {missing}",
+            fixes=("check --input and that the day's logs have landed",),
+        )
     empty, not_logs, kept, barren = [], [], [], []
     for p in inputs:
         logs = []
@@ -186,10 +208,15 @@ def screen_inputs(spark, inputs: list[str]) -> InputFiles:
         if not logs:
             barren.append(p)
     if barren:
-        raise RecShardError(Reason.INPUT_MISSING, f"input path(s) hold no data files: {barren}"
-                            + (f" ({len(empty)} empty, {len(not_logs)} not logs)" if empty or not_logs else ""),
-                            fixes=("the day's logs may not have landed yet, or were written elsewhere",))
-    return InputFiles(tuple(inputs) if not (empty or not_logs) else tuple(kept), tuple(empty), tuple(not_logs))
+        raise RecShardError(
+            Reason.INPUT_MISSING,
+            f"input path(s) hold no data files: {barren}"
+            + (f" ({len(empty)} empty, {len(not_logs)} not logs)" if empty or not_logs else ""),
+            fixes=("the day's logs may not have landed yet, or were written elsewhere",),
+        )
+    return InputFiles(
+        tuple(inputs) if not (empty or not_logs) else tuple(kept), tuple(empty), tuple(not_logs)
+    )
 
 
 def read_normalized(spark, model, inputs: list[str], sample_fraction: float = 1.0, seed: int = 0):
@@ -207,8 +234,15 @@ def read_normalized(spark, model, inputs: list[str], sample_fraction: float = 1.
     return normalize_parquet(sample(spark.read.parquet(*inputs)), model, source=", ".join(inputs))
 
 
-def read_partial_counts(spark, model, inputs: list[str], *, parquet_reader: str = "arrow",
-                        sample_fraction: float = 1.0, seed: int = 0):
+def read_partial_counts(
+    spark,
+    model,
+    inputs: list[str],
+    *,
+    parquet_reader: str = "arrow",
+    sample_fraction: float = 1.0,
+    seed: int = 0,
+):
     """The logs at ``inputs`` (screened by :func:`screen_inputs`) as the profile's partial counts
     (:mod:`recshard_stats.partition_counts`). Parquet at full sample is read by pyarrow inside the
     tasks (``parquet_reader="arrow"``) when pyarrow opens the filesystem; everything else goes
@@ -219,14 +253,15 @@ def read_partial_counts(spark, model, inputs: list[str], *, parquet_reader: str 
     if model.input_format == "parquet" and parquet_reader == "arrow" and sample_fraction >= 1:
         files = _arrow_readable_files(spark, inputs)
         if files is not None:
-            from recshard_stats.readers import check_parquet_schema
             from recshard_stats.partition_counts import ParquetFileCounter
+            from recshard_stats.readers import check_parquet_schema
 
             check_parquet_schema(spark.read.parquet(*inputs).schema, model, ", ".join(inputs))
             tasks = _file_tasks(files, spark.sparkContext.defaultParallelism)
             # one partition per task, each holding its task's number
             return spark.range(len(tasks), numPartitions=len(tasks)).mapInArrow(
-                ParquetFileCounter(counter, tasks), RECORD_SCHEMA)
+                ParquetFileCounter(counter, tasks), RECORD_SCHEMA
+            )
     return read_normalized(spark, model, inputs, sample_fraction, seed).mapInArrow(counter, RECORD_SCHEMA)
 
 
@@ -259,7 +294,9 @@ def _arrow_readable_files(spark, inputs: list[str]) -> list[tuple[str, int]] | N
     try:
         pyarrow.fs.FileSystem.from_uri(arrow_uri(files[0][0]))
     except (pyarrow.ArrowException, OSError, ValueError) as exc:
-        log.warning("reading Parquet with Spark's reader (slower): pyarrow cannot open %s (%s)", files[0][0], exc)
+        log.warning(
+            "reading Parquet with Spark's reader (slower): pyarrow cannot open %s (%s)", files[0][0], exc
+        )
         return None
     return files
 
@@ -274,11 +311,45 @@ def read_csv(spark, model, inputs: list[str]):
     reader = spark.read.option("header", True).option("sep", model.csv.separator).option("mode", "PERMISSIVE")
     columns = reader.csv(inputs).columns  # the first file's header
     check_csv_columns(columns, model, ", ".join(inputs))
-    schema = T.StructType([T.StructField(c, T.StringType()) for c in columns]
-                          + [T.StructField(CORRUPT_COLUMN, T.StringType())])
-    # a malformed line is found only when every column is parsed
-    spark.conf.set("spark.sql.csv.parser.columnPruning.enabled", "false")
+    schema = T.StructType(
+        [T.StructField(c, T.StringType()) for c in columns] + [T.StructField(CORRUPT_COLUMN, T.StringType())]
+    )
+    # a malformed line is found only when every column is parsed: the stage runs with READ_SETTINGS
     return reader.schema(schema).option("columnNameOfCorruptRecord", CORRUPT_COLUMN).csv(inputs)
+
+
+# settings the stages read logs and stats partitions with, set for the stage and then given back
+READ_SETTINGS = {
+    # a malformed CSV line is found only when every column is parsed
+    "spark.sql.csv.parser.columnPruning.enabled": "false",
+    # table names such as "123" must stay strings when read back from table=<name> directories
+    "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+}
+
+
+def with_spark_settings(settings: dict[str, str]):
+    """A stage ``stage(spark, ...)`` run with these session settings, the session's own given
+    back after it: several stages share one session in a process (a DAG task, ``recshard run``,
+    the tests), and one stage's settings must not change the next one's reads."""
+
+    def wrap(stage):
+        @functools.wraps(stage)
+        def run(spark, *args, **kwargs):
+            before = {key: spark.conf.get(key, None) for key in settings}
+            for key, value in settings.items():
+                spark.conf.set(key, value)
+            try:
+                return stage(spark, *args, **kwargs)
+            finally:
+                for key, value in before.items():
+                    if value is None:
+                        spark.conf.unset(key)
+                    else:
+                        spark.conf.set(key, value)
+
+        return run
+
+    return wrap
 
 
 @contextlib.contextmanager
@@ -290,22 +361,22 @@ def input_errors(spark, input_format: str, inputs: list[str]):
         yield
     except Exception as exc:  # Py4J / Spark exceptions have no common importable base here
         text = str(exc)
-        # (braces: not the f-string in a Python worker's traceback, the name it formatted)
-        match = re.search(r"reading file ([^\s{}]+?)\.?\s", text) or re.search(r"(\S+) is not a Parquet file", text)
-        if match is not None:
-            bad = match.group(1)
-        elif _decoder_failure(text):
+        bad = unreadable_file_in(text)
+        if bad is None and _decoder_failure(text):
             log.warning("a task failed without naming its input file; decoding the inputs to find it")
             bad = find_unreadable_file(spark, input_format, inputs)
-        else:
-            bad = None
         if bad is None:
             raise
-        raise RecShardError(Reason.INPUT_CORRUPT, f"cannot read input file {bad} (corrupt or truncated)",
-                            fixes=("remove or replace that file and re-run",
-                                   "or pass --skip-corrupt-files to profile without it (recorded in the metadata)",
-                                   "check the input format in the model config"),
-                            context={"file": bad}) from None
+        raise RecShardError(
+            Reason.INPUT_CORRUPT,
+            f"cannot read input file {bad} (corrupt or truncated)",
+            fixes=(
+                "remove or replace that file and re-run",
+                "or pass --skip-corrupt-files to profile without it (recorded in the metadata)",
+                "check the input format in the model config",
+            ),
+            context={"file": bad},
+        ) from None
 
 
 def _decoder_failure(text: str) -> bool:
@@ -330,8 +401,8 @@ def find_unreadable_file(spark, input_format: str, inputs: list[str]) -> str | N
     if not fails(files):
         return None
     while len(files) > 1:
-        half = files[:len(files) // 2]
-        files = half if fails(half) else files[len(half):]
+        half = files[: len(files) // 2]
+        files = half if fails(half) else files[len(half) :]
     return files[0] if fails(files) else None
 
 
@@ -354,6 +425,10 @@ def without_file(spark, inputs: list[str], bad: str) -> list[str]:
     files = input_files(spark, inputs)
     kept = [f for f in files if not same_file(f, bad)]
     if len(kept) == len(files):
-        raise RecShardError(Reason.INPUT_CORRUPT, f"cannot read input file {bad}, and it is not one of the "
-                            f"{len(files)} input files, so it cannot be skipped", context={"file": bad})
+        raise RecShardError(
+            Reason.INPUT_CORRUPT,
+            f"cannot read input file {bad}, and it is not one of the "
+            f"{len(files)} input files, so it cannot be skipped",
+            context={"file": bad},
+        )
     return kept

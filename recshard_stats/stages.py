@@ -14,12 +14,21 @@ import shutil
 
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.options import ProfileOptions, RemapOptions, ReplayOptions
-from recshard_stats.spark_io import (HadoopFS, input_errors, local_uri, read_partial_counts, screen_inputs,
-                                     without_file)
+from recshard_stats.spark_io import (
+    READ_SETTINGS,
+    HadoopFS,
+    input_errors,
+    local_uri,
+    read_partial_counts,
+    screen_inputs,
+    with_spark_settings,
+    without_file,
+)
 
 log = logging.getLogger(__name__)
 
 
+@with_spark_settings(READ_SETTINGS)
 def profile_logs(spark, options: ProfileOptions, model=None) -> str:
     """``recshard profile``: logs -> ``<out>/ds=<date>/`` (tables, metadata, ``_SUCCESS``).
     ``model``: the loaded model config, when the caller checked it before starting Spark."""
@@ -37,46 +46,80 @@ def profile_logs(spark, options: ProfileOptions, model=None) -> str:
     layout = ProfileLayout.of(model, sketch)
     HadoopFS(spark, options.out).check_writable(options.out)  # before the work, not after it
     screened = screen_inputs(spark, list(options.inputs))
-    inputs, skipped = list(screened.paths), []
+    inputs, skipped = list(screened.paths), list[str]()
     while True:
         try:
             with input_errors(spark, model.input_format, inputs):
-                counts = read_partial_counts(spark, model, inputs, parquet_reader=options.parquet_reader,
-                                             sample_fraction=options.sample_fraction, seed=options.seed)
-                result = profile(spark, counts, layout, cdf_points=options.cdf_points,
-                                 with_row_counts=options.row_counts,
-                                 max_reject_fraction=options.max_reject_fraction, sketch=sketch)
+                counts = read_partial_counts(
+                    spark,
+                    model,
+                    inputs,
+                    parquet_reader=options.parquet_reader,
+                    sample_fraction=options.sample_fraction,
+                    seed=options.seed,
+                )
+                result = profile(
+                    spark,
+                    counts,
+                    layout,
+                    cdf_points=options.cdf_points,
+                    with_row_counts=options.row_counts,
+                    max_reject_fraction=options.max_reject_fraction,
+                    sketch=sketch,
+                )
             break
         except RecShardError as exc:
             if not options.skip_corrupt_files or exc.reason is not Reason.INPUT_CORRUPT:
                 raise
             if len(skipped) == options.max_skipped_files:
                 raise RecShardError(
-                    Reason.INPUT_CORRUPT, f"more than {options.max_skipped_files} corrupt input files "
+                    Reason.INPUT_CORRUPT,
+                    f"more than {options.max_skipped_files} corrupt input files "
                     f"(skipped so far: {skipped}; the next: {exc.context['file']})",
-                    fixes=("check how the logs are written", "raise --max-skipped-files")) from None
+                    fixes=("check how the logs are written", "raise --max-skipped-files"),
+                ) from None
             inputs = without_file(spark, inputs, exc.context["file"])
             skipped.append(exc.context["file"])
-            log.warning("skipping corrupt input file %s (%d skipped); profiling the remaining %d files again",
-                        exc.context["file"], len(skipped), len(inputs))
+            log.warning(
+                "skipping corrupt input file %s (%d skipped); profiling the remaining %d files again",
+                exc.context["file"],
+                len(skipped),
+                len(inputs),
+            )
     metadata = StatsMetadata(
-        ds=ds, created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        input_paths=tuple(options.inputs), input_format=model.input_format,
-        sample_fraction=options.sample_fraction, sample_seed=options.seed,
-        input_rows=result.input_rows, rejected_rows=result.rejected_rows,
-        skipped_files=screened.empty + tuple(skipped), ignored_files=screened.not_logs,
-        num_samples=result.num_samples, hash_functions={t.name: t.hash for t in model.tables}, hash_seed=SEED,
-        cdf_points=options.cdf_points, row_counts=options.row_counts,
+        ds=ds,
+        created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        input_paths=tuple(options.inputs),
+        input_format=model.input_format,
+        sample_fraction=options.sample_fraction,
+        sample_seed=options.seed,
+        input_rows=result.input_rows,
+        rejected_rows=result.rejected_rows,
+        skipped_files=screened.empty + tuple(skipped),
+        ignored_files=screened.not_logs,
+        num_samples=result.num_samples,
+        hash_functions={t.name: t.hash for t in model.tables},
+        hash_seed=SEED,
+        cdf_points=options.cdf_points,
+        row_counts=options.row_counts,
         approximate=approximate_metadata(sketch, model) if sketch else None,
-        spark_version=pyspark.__version__, model=model.to_dict(), model_digest=model.digest(),
-        pooling_outliers=pooling_outliers(result.tables["features"]))
+        spark_version=pyspark.__version__,
+        model=model.to_dict(),
+        model_digest=model.digest(),
+        pooling_outliers=pooling_outliers(result.tables["features"]),
+    )
     for feature, largest in metadata.pooling_outliers.items():
-        log.warning("feature %s: a sample with %d ids, far beyond the feature's p99 (a logging bug?)", feature, largest)
+        log.warning(
+            "feature %s: a sample with %d ids, far beyond the feature's p99 (a logging bug?)",
+            feature,
+            largest,
+        )
     target = publish_profile(spark, result, options.out, ds, metadata)
     log.info("profiled %d samples (%d rows rejected) -> %s", result.num_samples, result.rejected_rows, target)
     return target
 
 
+@with_spark_settings(READ_SETTINGS)
 def remap_manifest(spark, options: RemapOptions) -> pathlib.Path:
     """``recshard remap``: each table's remap (hot rows first) next to a manifest, with checksums.
 
@@ -87,8 +130,9 @@ def remap_manifest(spark, options: RemapOptions) -> pathlib.Path:
     import pyarrow.parquet as pq
 
     from recshard_stats.atomic import building_dir
-    from recshard_stats.manifest import (MANIFEST_NAME, RemapFile, complete_with_remaps, load_manifest,
-                                         sha256_data, write_manifest)
+    from recshard_stats.manifest import RemapFile, complete_with_remaps
+    from recshard_stats.manifest_loader import MANIFEST_NAME, load_manifest, sha256_data
+    from recshard_stats.manifest_publisher import write_manifest
     from recshard_stats.remap import empty_remap_table, hotter_rows, remap_rows, unseen_hbm_below
     from recshard_stats.stats_reader import load_stats, stats_digest
 
@@ -96,15 +140,18 @@ def remap_manifest(spark, options: RemapOptions) -> pathlib.Path:
     manifest = loaded.manifest
     stats = load_stats(options.stats or manifest.inputs.stats)
     if stats_digest(stats) != manifest.inputs.stats_digest:
-        raise RecShardError(Reason.MANIFEST_MISMATCH,
-                            f"{stats.path} is not the stats partition {loaded.path} was solved from",
-                            fixes=("pass --stats with the partition named in the manifest's inputs",))
+        raise RecShardError(
+            Reason.MANIFEST_MISMATCH,
+            f"{stats.path} is not the stats partition {loaded.path} was solved from",
+            fixes=("pass --stats with the partition named in the manifest's inputs",),
+        )
     if not stats.metadata.row_counts:
-        raise RecShardError(Reason.STATS_INVALID, f"{stats.path} has no per-row access counts",
-                            fixes=("re-run `recshard profile` with --row-counts",))
+        raise RecShardError(
+            Reason.STATS_INVALID,
+            f"{stats.path} has no per-row access counts",
+            fixes=("re-run `recshard profile` with --row-counts",),
+        )
     names = [t.name for t in manifest.tables]
-    # table names such as "123" must stay strings when read back from table=<name> directories
-    spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
     source = loaded.path.parent
     with building_dir(source) as tmp:
         for entry in source.iterdir():
@@ -113,16 +160,29 @@ def remap_manifest(spark, options: RemapOptions) -> pathlib.Path:
         staging = tmp / "_staging"
         row_counts = spark.read.parquet(local_uri(stats.path / "row_counts"))
         log.info("remapping %d tables", len(names))
-        remapped = remap_rows(row_counts.where(row_counts.table.isin(names)), hotter_rows(spark, stats, names))
-        (remapped.repartition("table").sortWithinPartitions("table", "index")
-         .write.partitionBy("table").parquet(local_uri(staging)))
-        spill = [(t.name, t.rows_hbm - t.unique_rows, t.unique_rows) for t in manifest.tables
-                 if t.rows_hbm > t.unique_rows]
+        remapped = remap_rows(
+            row_counts.where(row_counts.table.isin(names)), hotter_rows(spark, stats, names)
+        )
+        (
+            remapped.repartition("table")
+            .sortWithinPartitions("table", "index")
+            .write.partitionBy("table")
+            .parquet(local_uri(staging))
+        )
+        spill = [
+            (t.name, t.rows_hbm - t.unique_rows, t.unique_rows)
+            for t in manifest.tables
+            if t.rows_hbm > t.unique_rows
+        ]
         below = {}
         if spill:
             written = spark.read.parquet(local_uri(staging))
-            below = {r["table"]: r["below_row"] for r in unseen_hbm_below(
-                written, spark.createDataFrame(spill, "table string, k bigint, n_seen bigint")).collect()}
+            below = {
+                r["table"]: r["below_row"]
+                for r in unseen_hbm_below(
+                    written, spark.createDataFrame(spill, "table string, k bigint, n_seen bigint")
+                ).collect()
+            }
         (tmp / "remap").mkdir()
         remaps = {}
         for t in manifest.tables:
@@ -136,10 +196,15 @@ def remap_manifest(spark, options: RemapOptions) -> pathlib.Path:
                 pq.write_table(empty_remap_table(), target / "part-0.parquet")
                 rows = 0
             if rows != t.unique_rows:
-                raise RecShardError(Reason.STATS_INVALID,
-                                    f"table {t.name!r}: {rows} rows remapped, stats count {t.unique_rows}",
-                                    fixes=("re-run the profile with --row-counts",))
-            remaps[t.name] = (RemapFile(f"remap/{t.name}.parquet", sha256_data(target), rows), below.get(t.name, 0))
+                raise RecShardError(
+                    Reason.STATS_INVALID,
+                    f"table {t.name!r}: {rows} rows remapped, stats count {t.unique_rows}",
+                    fixes=("re-run the profile with --row-counts",),
+                )
+            remaps[t.name] = (
+                RemapFile(f"remap/{t.name}.parquet", sha256_data(target), rows),
+                below.get(t.name, 0),
+            )
         shutil.rmtree(staging)
         write_manifest(tmp / MANIFEST_NAME, complete_with_remaps(manifest, remaps))
         log.info("remap files for %d tables written; manifest updated with checksums", len(names))
@@ -148,13 +213,14 @@ def remap_manifest(spark, options: RemapOptions) -> pathlib.Path:
     return path
 
 
+@with_spark_settings(READ_SETTINGS)
 def replay_logs(spark, options: ReplayOptions) -> pathlib.Path:
     """``recshard evaluate``: replay held-out logs through a manifest's remap; the plans' measured
     cost beside the prediction, as ``evaluation.json``."""
     from pyspark.sql import functions as F
 
     from recshard_stats.atomic import write_text_atomic
-    from recshard_stats.manifest import load_manifest
+    from recshard_stats.manifest_loader import load_manifest
     from recshard_stats.profile_assembly import ProfileLayout
     from recshard_stats.profiler import profile
     from recshard_stats.replay import EVALUATION_NAME, format_summary, placements, summarize, tier_hits
@@ -165,19 +231,29 @@ def replay_logs(spark, options: ReplayOptions) -> pathlib.Path:
     logs = list(screen_inputs(spark, list(options.logs)).paths)
     with input_errors(spark, manifest.model.input_format, logs):
         counts = read_partial_counts(spark, manifest.model, logs)
-        result = profile(spark, counts, ProfileLayout.of(manifest.model), with_row_counts=True,
-                         max_reject_fraction=options.max_reject_fraction)
+        result = profile(
+            spark,
+            counts,
+            ProfileLayout.of(manifest.model),
+            with_row_counts=True,
+            max_reject_fraction=options.max_reject_fraction,
+        )
     try:
         remap = None
         for t in manifest.tables:
-            part = (spark.read.parquet(local_uri(loaded.remap_path(t.name)))
-                    .select(F.lit(t.name).alias("table"), "row", "index"))
+            part = spark.read.parquet(local_uri(loaded.remap_path(t.name))).select(
+                F.lit(t.name).alias("table"), "row", "index"
+            )
             remap = part if remap is None else remap.unionByName(part)
-        placement = spark.createDataFrame(placements(manifest),
-                                          "plan string, table string, rows_hbm bigint, unseen_below bigint")
-        hits = {(r["plan"], r["table"]): r.asDict() for r in tier_hits(result.row_counts, remap, placement,
-                                                                         manifest.hardware.batch_size /
-                                                                         max(result.num_samples, 1)).collect()}
+        placement = spark.createDataFrame(
+            placements(manifest), "plan string, table string, rows_hbm bigint, unseen_below bigint"
+        )
+        hits = {
+            (r["plan"], r["table"]): r.asDict()
+            for r in tier_hits(
+                result.row_counts, remap, placement, manifest.hardware.batch_size / max(result.num_samples, 1)
+            ).collect()
+        }
     finally:
         result.release()
     summary = summarize(manifest, hits, result.num_samples, manifest_path=str(loaded.path), logs=options.logs)

@@ -19,9 +19,9 @@ from pyspark.sql import SparkSession
 
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.options import check_ds
-from recshard_stats.spark_io import HadoopFS
 from recshard_stats.profiler import ProfileResult
 from recshard_stats.schemas import SMALL_TABLES, StatsMetadata, spark_schema
+from recshard_stats.spark_io import HadoopFS
 from recshard_stats.typed_json import to_plain
 
 log = logging.getLogger(__name__)
@@ -39,9 +39,12 @@ def publish_lock(fs: HadoopFS, out: str, ds: str, wait_s: float = 600, stale_s: 
             fs.delete(lock)
             continue
         if time.time() > deadline:
-            raise RecShardError(Reason.OUTPUT_BUSY, f"another run is publishing {partition_uri(out, ds)} "
-                                f"(lock {lock} held for over {wait_s:.0f}s)",
-                                fixes=(f"delete {lock} if no run is active",))
+            raise RecShardError(
+                Reason.OUTPUT_BUSY,
+                f"another run is publishing {partition_uri(out, ds)} "
+                f"(lock {lock} held for over {wait_s:.0f}s)",
+                fixes=(f"delete {lock} if no run is active",),
+            )
         time.sleep(0.5)
     try:
         yield
@@ -66,19 +69,29 @@ def partition_uri(out: str, ds: str) -> str:
     return f"{out.rstrip('/')}/ds={check_ds(ds)}"
 
 
-def publish_profile(spark: SparkSession, result: ProfileResult, out: str, ds: str, metadata: StatsMetadata) -> str:
+def publish_profile(
+    spark: SparkSession, result: ProfileResult, out: str, ds: str, metadata: StatsMetadata
+) -> str:
     """Write every table, metadata.json and _SUCCESS, then move the partition into place."""
     target = partition_uri(out, ds)
     tmp = f"{out.rstrip('/')}/_tmp-ds={ds}-{uuid.uuid4().hex}"
     fs = HadoopFS(spark, out)
     try:
         for name in SMALL_TABLES:
-            (spark.createDataFrame(result.tables[name], spark_schema(name)).coalesce(1)
-             .write.mode("error").parquet(f"{tmp}/{name}"))
+            (
+                spark.createDataFrame(result.tables[name], spark_schema(name))
+                .coalesce(1)
+                .write.mode("error")
+                .parquet(f"{tmp}/{name}")
+            )
         if result.row_counts is not None:
             log.info("writing per-row access counts")
-            (result.row_counts.repartition("table").write.mode("error")
-             .partitionBy("table").parquet(f"{tmp}/row_counts"))
+            (
+                result.row_counts.repartition("table")
+                .write.mode("error")
+                .partitionBy("table")
+                .parquet(f"{tmp}/row_counts")
+            )
         fs.write_text(f"{tmp}/metadata.json", json.dumps(to_plain(metadata), indent=2, sort_keys=True))
         fs.write_text(f"{tmp}/_SUCCESS", "")
         # Replace an earlier run of the same day: move it aside first so the target is never

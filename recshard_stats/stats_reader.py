@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 from recshard_stats.config import digest_of
 from recshard_stats.distributions import CountOfCounts
 from recshard_stats.errors import Reason, RecShardError
-from recshard_stats.manifest import sha256_data
+from recshard_stats.manifest_loader import sha256_data
 from recshard_stats.schemas import SCHEMA_VERSION, SMALL_TABLES, StatsMetadata, arrow_schema
 from recshard_stats.typed_json import DecodeError, from_plain
 
@@ -28,7 +28,10 @@ class StatsPartition:
 
     def count_of_counts(self, level: str, name: str) -> CountOfCounts:
         t = self.tables["count_of_counts"]
-        mask = [lv == level and n == name for lv, n in zip(t["level"].to_pylist(), t["name"].to_pylist())]
+        mask = [
+            lv == level and n == name
+            for lv, n in zip(t["level"].to_pylist(), t["name"].to_pylist(), strict=True)
+        ]
         sub = t.filter(pa.array(mask))
         return CountOfCounts.of(sub["access_count"].to_numpy(), sub["rows"].to_numpy())
 
@@ -37,22 +40,28 @@ def load_stats(path) -> StatsPartition:
     """A partition ``<out>/ds=<date>``: complete (``_SUCCESS``), of this schema version."""
     path = pathlib.Path(path)
     if not (path / "_SUCCESS").is_file():
-        raise RecShardError(Reason.INPUT_MISSING, f"{path} is not a complete stats partition (no _SUCCESS)",
-                            fixes=("run `recshard profile` for that day first", "check --stats"))
+        raise RecShardError(
+            Reason.INPUT_MISSING,
+            f"{path} is not a complete stats partition (no _SUCCESS)",
+            fixes=("run `recshard profile` for that day first", "check --stats"),
+        )
     try:
         raw = json.loads((path / "metadata.json").read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise RecShardError(Reason.INPUT_CORRUPT, f"{path / 'metadata.json'}: cannot read ({exc})") from None
     version = raw.get("schema_version") if isinstance(raw, dict) else None
     if version != SCHEMA_VERSION:
-        raise RecShardError(Reason.STATS_INVALID,
-                            f"{path}: stats schema version {version!r}, "
-                            f"this version reads {SCHEMA_VERSION!r}", fixes=("re-run the profile",))
+        raise RecShardError(
+            Reason.STATS_INVALID,
+            f"{path}: stats schema version {version!r}, this version reads {SCHEMA_VERSION!r}",
+            fixes=("re-run the profile",),
+        )
     try:
         metadata = from_plain(StatsMetadata, raw)
     except DecodeError as exc:
-        raise RecShardError(Reason.STATS_INVALID, f"{path / 'metadata.json'}: {exc}",
-                            fixes=("re-run the profile",)) from None
+        raise RecShardError(
+            Reason.STATS_INVALID, f"{path / 'metadata.json'}: {exc}", fixes=("re-run the profile",)
+        ) from None
     tables = {}
     for name in SMALL_TABLES:
         try:
@@ -61,8 +70,10 @@ def load_stats(path) -> StatsPartition:
             raise RecShardError(Reason.INPUT_CORRUPT, f"{path / name}: cannot read ({exc})") from None
         expected = arrow_schema(name)
         if table.schema.names != expected.names:
-            raise RecShardError(Reason.STATS_INVALID, f"{path / name}: columns {table.schema.names}, "
-                                f"expected {expected.names}")
+            raise RecShardError(
+                Reason.STATS_INVALID,
+                f"{path / name}: columns {table.schema.names}, expected {expected.names}",
+            )
         tables[name] = table.cast(expected)
     return StatsPartition(path, metadata, tables)
 

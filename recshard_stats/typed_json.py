@@ -7,6 +7,7 @@ silently dropped. A class with ``to_dict`` / ``from_dict`` (the configs) convert
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import types
 import typing
@@ -24,6 +25,8 @@ def to_plain(value):
     """A dataclass (recursively) as JSON-ready dicts, lists and scalars, in field order."""
     if hasattr(value, "to_dict"):
         return value.to_dict()
+    if isinstance(value, enum.Enum):
+        return value.value
     if dataclasses.is_dataclass(value):
         return {f.name: to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, (tuple, list)):
@@ -40,8 +43,11 @@ def _hints(cls) -> dict:
 
 def required_fields(cls) -> list[str]:
     """Fields a document must give (those without a default)."""
-    return [f.name for f in dataclasses.fields(cls)
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    return [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
 
 
 def _require_object(data, where: str) -> None:
@@ -65,11 +71,18 @@ def from_plain(cls, data, where: str = ""):
         _require_object(data, where)
         if not args:
             return dict(data)
-        return {from_plain(args[0], k, where): from_plain(args[1], v, f"{where}[{k!r}]") for k, v in data.items()}
+        return {
+            from_plain(args[0], k, where): from_plain(args[1], v, f"{where}[{k!r}]") for k, v in data.items()
+        }
     if hasattr(cls, "from_dict"):
         _require_object(data, where)
         return cls.from_dict(data, where)
-    if dataclasses.is_dataclass(cls):
+    if isinstance(cls, type) and issubclass(cls, enum.Enum):
+        try:
+            return cls(data)
+        except ValueError:
+            raise DecodeError(where, f"{data!r} is not one of {[m.value for m in cls]}") from None
+    if isinstance(cls, type) and dataclasses.is_dataclass(cls):
         _require_object(data, where)
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)

@@ -29,7 +29,9 @@ def greedy(problem: Problem, metric: str) -> Plan:
         table: TableDemand = problem.tables[j]
         buffers = problem.trainer_bytes[j]
         fits = [g for g in range(problem.num_gpus) if free[g] >= table.size_bytes + buffers]
-        candidates = fits or [g for g in range(problem.num_gpus) if free[g] >= buffers] or range(problem.num_gpus)
+        candidates = (
+            fits or [g for g in range(problem.num_gpus) if free[g] >= buffers] or range(problem.num_gpus)
+        )
         g = min(candidates, key=lambda g: (load[g], g))
         gpu[j] = g
         load[g] += cost(table)

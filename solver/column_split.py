@@ -28,11 +28,14 @@ def choose_shards(problem: Problem, max_column_shards: int) -> tuple[int, ...]:
     pooled per-GPU cost, then the fewest that bring a shard below it (or the most allowed)."""
     share = SPLIT_SHARE * pooled_bound(problem)
     shards = []
-    for j, t in enumerate(problem.tables):
+    for _j, t in enumerate(problem.tables):
         k, most = 1, t.most_column_shards(problem.num_gpus, max_column_shards)
         # a table cheaper than the share in UVM is cheaper than it anywhere: no water-fill needed
-        while (k < most and alone_uvm_time(problem, t.column_shard(k)) > share
-               and alone_cost(problem, t.column_shard(k)) > share):
+        while (
+            k < most
+            and alone_uvm_time(problem, t.column_shard(k)) > share
+            and alone_cost(problem, t.column_shard(k)) > share
+        ):
             k *= 2
         shards.append(k)
     return tuple(shards)
@@ -43,7 +46,7 @@ def split_problem(problem: Problem, shards: tuple[int, ...]) -> Problem:
     if all(k == 1 for k in shards):
         return problem
     tables, parent = [], []
-    for j, (t, k) in enumerate(zip(problem.tables, shards)):
+    for j, (t, k) in enumerate(zip(problem.tables, shards, strict=True)):
         tables += [t.column_shard(k)] * k
         parent += [j] * k
     return Problem(tuple(tables), problem.hardware, tuple(parent))
@@ -53,6 +56,7 @@ def split_problem(problem: Problem, shards: tuple[int, ...]) -> Problem:
 class TableShards:
     """Where one model table's entries went: their GPUs (one per column shard, in column order)
     and the rows each keeps in HBM (the same for all its shards)."""
+
     entries: tuple[int, ...]
     gpus: tuple[int, ...]
     rows_hbm: int
@@ -64,5 +68,7 @@ def table_shards(problem: Problem, plan: Plan) -> list[TableShards]:
     entries: dict[int, list[int]] = {}
     for j, p in enumerate(parent):
         entries.setdefault(p, []).append(j)
-    return [TableShards(tuple(e), tuple(plan.gpu[j] for j in e), plan.rows_hbm[e[0]])
-            for _, e in sorted(entries.items())]
+    return [
+        TableShards(tuple(e), tuple(plan.gpu[j] for j in e), plan.rows_hbm[e[0]])
+        for _, e in sorted(entries.items())
+    ]

@@ -37,7 +37,7 @@ def balanced_plan(problem: Problem) -> Plan:
         return all(not placed[s] or gpu[s] != h or s == leaving for s in siblings[j])
 
     for j in sorted(tables, key=lambda j: (-cost[j], j)):
-        fits = np.array([h for h in np.flatnonzero(used + size[j] <= cap) if free(j, h)], dtype=int)
+        fits = np.array([h for h in np.flatnonzero(used + size[j] <= cap).tolist() if free(j, h)], dtype=int)
         if len(fits):
             g = int(fits[np.argmin(load[fits])])
         else:  # on the emptiest GPU, with only the rows it has room for: no GPU starts over capacity
@@ -50,9 +50,9 @@ def balanced_plan(problem: Problem) -> Plan:
 
     for _ in range(MAX_ROUNDS):
         worst = int(np.argmax(load))
-        best_peak, best_move = load[worst], None
-        mine = np.flatnonzero(gpu == worst)
-        for j in mine:
+        best_peak = load[worst]
+        best_move: tuple[int, int, int | None] | None = None
+        for j in np.flatnonzero(gpu == worst).tolist():
             for h in range(g_count):
                 if h == worst:
                     continue
@@ -62,17 +62,21 @@ def balanced_plan(problem: Problem) -> Plan:
                     peak = max(load[worst] - cost[j], load[h] + cost[j])
                     if peak < best_peak - 1e-15:
                         best_peak, best_move = peak, (j, h, None)
-                for k in np.flatnonzero(gpu == h):  # swap j and k
-                    if cost[k] >= cost[j] or used[h] - size[k] + size[j] > cap \
-                            or used[worst] - size[j] + size[k] > cap or not free(k, worst, j):
+                for k in np.flatnonzero(gpu == h).tolist():  # swap j and k
+                    if (
+                        cost[k] >= cost[j]
+                        or used[h] - size[k] + size[j] > cap
+                        or used[worst] - size[j] + size[k] > cap
+                        or not free(k, worst, j)
+                    ):
                         continue
                     peak = max(load[worst] - cost[j] + cost[k], load[h] - cost[k] + cost[j])
                     if peak < best_peak - 1e-15:
                         best_peak, best_move = peak, (j, h, k)
         if best_move is None:
             break
-        j, h, k = best_move
-        for table, src, dst in ((j, worst, h), *(((k, h, worst),) if k is not None else ())):
+        j, h, swapped = best_move
+        for table, src, dst in ((j, worst, h), *(((swapped, h, worst),) if swapped is not None else ())):
             gpu[table] = dst
             load[src] -= cost[table]
             load[dst] += cost[table]

@@ -31,8 +31,11 @@ def has_call_costs(problem: Problem) -> bool:
     """Whether the model has terms the solver's linear view leaves out: a call's fixed cost, its
     longest bag, a split table's bags in its second tier."""
     costs = problem.hardware.costs
-    return any(getattr(t, term) > 0 for t in (costs.hbm, costs.host)
-               for term in ("fixed_s", "chain_s", "bag_s", "bag_byte_s"))
+    return any(
+        getattr(t, term) > 0
+        for t in (costs.hbm, costs.host)
+        for term in ("fixed_s", "chain_s", "bag_s", "bag_byte_s")
+    )
 
 
 class ExactGpuCost:
@@ -40,19 +43,23 @@ class ExactGpuCost:
 
     def __init__(self, problem: Problem, pinned: dict[int, int]):
         self.problem = problem
-        self.pinned = pinned     # entries whose rows stay as given (column shards)
+        self.pinned = pinned  # entries whose rows stay as given (column shards)
         self.model = problem.hardware.costs
-        self._best: dict[tuple[int, ...], tuple[float, dict[int, int]]] = {}  # the search asks for a set again
+        self._best: dict[
+            tuple[int, ...], tuple[float, dict[int, int]]
+        ] = {}  # the search asks for a set again
 
     def cost(self, tables: list[int], rows: dict[int, int]) -> float:
         p = self.problem
         loads = [p.load(p.tables[j], rows[j], p.comm_bytes[j]) for j in tables]
         return placement_cost(self.model, 1, loads).max_cost if loads else 0.0
 
-    def _split(self, tables: list[int], capacity: float, empty: set[int], full: set[int]) -> dict[int, int] | None:
+    def _split(
+        self, tables: list[int], capacity: float, empty: set[int], full: set[int]
+    ) -> dict[int, int] | None:
         p = self.problem
         rows = {j: self.pinned[j] for j in tables if j in self.pinned}
-        rows.update({j: 0 for j in empty})
+        rows.update(dict.fromkeys(empty, 0))
         rows.update({j: p.tables[j].hash_size for j in full})
         left = capacity - sum(rows[j] * p.tables[j].row_bytes for j in rows)
         if left < 0 and any(rows.values()):
@@ -135,9 +142,12 @@ def refine(problem: Problem, plan: Plan, time_s: float, name: str | None = None)
             for h in range(problem.num_gpus):
                 if h == worst or not allowed(j, h) or time.time() > deadline:
                     continue
-                moves = [(None, rest, on[h] + [j])]
-                moves += [(k, rest + [k], [x for x in on[h] if x != k] + [j]) for k in on[h]
-                          if k not in shards and allowed(k, worst, j)]
+                moves: list[tuple[int | None, list[int], list[int]]] = [(None, rest, on[h] + [j])]
+                moves += [
+                    (k, [*rest, k], [x for x in on[h] if x != k] + [j])
+                    for k in on[h]
+                    if k not in shards and allowed(k, worst, j)
+                ]
                 for k, mine, theirs in moves:
                     a, b = model.best(mine), model.best(theirs)
                     new_peak = max(a[0], b[0])

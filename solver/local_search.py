@@ -33,8 +33,8 @@ from recshard_stats.solver.plan import Plan
 from recshard_stats.solver.problem import Problem
 from recshard_stats.solver.waterfill import segments, split_assignment
 
-LEVELS = 256      # saving-per-byte levels within NEAR times the pooled water level (1.8% apart)
-FAR_LEVELS = 32   # levels above and below those
+LEVELS = 256  # saving-per-byte levels within NEAR times the pooled water level (1.8% apart)
+FAR_LEVELS = 32  # levels above and below those
 NEAR = 10.0
 _REL = 1e-9  # a change must gain this share of a cost: no cycling on rounding
 
@@ -63,7 +63,11 @@ class GpuCostModel:
             if key not in cache:
                 per_row, rows, _ = segments(problem, [j])
                 keep = per_row > 0
-                cache[key] = (per_row[keep] / t.row_bytes, rows[keep] * t.row_bytes, per_row[keep] * rows[keep])
+                cache[key] = (
+                    per_row[keep] / t.row_bytes,
+                    rows[keep] * t.row_bytes,
+                    per_row[keep] * rows[keep],
+                )
             fills.append(cache[key])
         self.levels = _levels(problem, fills)
         # bytes[j, i] / saved[j, i]: table j's rows worth at least levels[i - 1] per byte (i = 0: none)
@@ -82,15 +86,23 @@ class GpuCostModel:
         last = bytes_.shape[-1] - 1
         i = np.minimum((bytes_ <= cap).sum(-1) - 1, last)[..., None]
         nxt = np.minimum(i + 1, last)
-        saving = _interpolated(cap, *(np.take_along_axis(a, k, -1) for a in (bytes_, saved) for k in (i, nxt)))
+        saving = _interpolated(
+            cap, *(np.take_along_axis(a, k, -1) for a in (bytes_, saved) for k in (i, nxt))
+        )
         return np.where(capacity < 0, np.inf, np.asarray(uvm) - saving[..., 0])
 
     def cost(self, tables) -> float:
         tables = list(tables)
         if not tables:
             return 0.0
-        return float(self.cost_of(self.bytes[tables].sum(0), self.saved[tables].sum(0), self.uvm[tables].sum(),
-                                  self.buffers[tables].sum()))
+        return float(
+            self.cost_of(
+                self.bytes[tables].sum(0),
+                self.saved[tables].sum(0),
+                self.uvm[tables].sum(),
+                self.buffers[tables].sum(),
+            )
+        )
 
 
 def _interpolated(cap, b0, b1, s0, s1):
@@ -116,8 +128,13 @@ def _levels(problem: Problem, fills) -> np.ndarray:
     water = density[order][min(int(np.searchsorted(filled, capacity)), len(order) - 1)]
     top, low = density.max(), density.min()
     near_top, near_low = min(top, water * NEAR), max(low, water / NEAR)
-    levels = np.concatenate([np.geomspace(top, near_top, FAR_LEVELS), np.geomspace(near_top, near_low, LEVELS),
-                             np.geomspace(near_low, low, FAR_LEVELS)])
+    levels = np.concatenate(
+        [
+            np.geomspace(top, near_top, FAR_LEVELS),
+            np.geomspace(near_top, near_low, LEVELS),
+            np.geomspace(near_low, low, FAR_LEVELS),
+        ]
+    )
     return np.unique(levels)[::-1]
 
 
@@ -137,12 +154,16 @@ class _State:
         np.add.at(self.buffers, self.gpu, model.buffers)
         self.cost = model.cost_of(self.bytes, self.saved, self.uvm, self.buffers)
         # per-table tables with a zero row appended: index -1 (no table) reads it
-        self.padded = tuple(np.concatenate([a, np.zeros((1, *a.shape[1:]))])
-                            for a in (model.bytes, model.saved, model.uvm, model.buffers))
+        self.padded = tuple(
+            np.concatenate([a, np.zeros((1, *a.shape[1:]))])
+            for a in (model.bytes, model.saved, model.uvm, model.buffers)
+        )
         siblings = model.problem.siblings
         width = max((len(s) for s in siblings), default=0)
         # siblings[j]: the other shards of j's table, padded with -1 (None: no table is split)
-        self.siblings = np.array([list(s) + [-1] * (width - len(s)) for s in siblings], dtype=int) if width else None
+        self.siblings = (
+            np.array([list(s) + [-1] * (width - len(s)) for s in siblings], dtype=int) if width else None
+        )
 
     def water_levels(self) -> np.ndarray:
         """Per GPU: the level index where its HBM runs out (higher: rows worth less per byte)."""
@@ -171,6 +192,7 @@ class _State:
 
     def _conflicts(self, tables: np.ndarray, h: int, leaving: np.ndarray) -> np.ndarray:
         """Per pair: would tables[i] join GPU h, from which leaving[i] goes, beside a shard of its table?"""
+        assert self.siblings is not None, "asked only when a table is split"
         sib = self.siblings[np.maximum(tables, 0)]
         there = (sib >= 0) & (self.gpu[np.maximum(sib, 0)] == h) & (sib != leaving[:, None])
         return (tables >= 0) & there.any(1)
@@ -194,8 +216,12 @@ class _State:
             if table < 0:
                 continue
             self.gpu[table] = dst
-            for total, per in ((self.bytes, m.bytes), (self.saved, m.saved), (self.uvm, m.uvm),
-                               (self.buffers, m.buffers)):
+            for total, per in (
+                (self.bytes, m.bytes),
+                (self.saved, m.saved),
+                (self.uvm, m.uvm),
+                (self.buffers, m.buffers),
+            ):
                 total[src] -= per[table]
                 total[dst] += per[table]
         self.cost[a], self.cost[b] = cost_a, cost_b
@@ -211,8 +237,9 @@ def lpt_plan(problem: Problem, model: GpuCostModel | None = None) -> Plan:
     gpu = [0] * len(problem.tables)
     placed = np.zeros(len(problem.tables), dtype=bool)
     for j in sorted(range(len(problem.tables)), key=lambda j: (-model.uvm[j], j)):
-        new = model.cost_of(bytes_ + model.bytes[j], saved + model.saved[j], uvm + model.uvm[j],
-                            buffers + model.buffers[j])
+        new = model.cost_of(
+            bytes_ + model.bytes[j], saved + model.saved[j], uvm + model.uvm[j], buffers + model.buffers[j]
+        )
         for s in problem.siblings[j]:
             if placed[s]:
                 new[gpu[s]] = np.inf
@@ -226,8 +253,13 @@ def lpt_plan(problem: Problem, model: GpuCostModel | None = None) -> Plan:
     return Plan("lpt", assignment, split_assignment(problem, assignment))
 
 
-def improve(problem: Problem, plan: Plan, budget_s: float = 10.0, name: str | None = None,
-            model: GpuCostModel | None = None) -> Plan:
+def improve(
+    problem: Problem,
+    plan: Plan,
+    budget_s: float = 10.0,
+    name: str | None = None,
+    model: GpuCostModel | None = None,
+) -> Plan:
     """The plan's assignment improved by the two phases (module docstring), exactly split
     (``model``: the problem's, when the caller has built it already)."""
     model = model or GpuCostModel(problem)

@@ -2,101 +2,211 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import pathlib
 from typing import TYPE_CHECKING
 
 from recshard_stats import __version__
 from recshard_stats.config import HardwareConfig, ModelConfig, digest_of
-from recshard_stats.manifest import (BaselinePlan, ColumnShard, GpuPlacement, Manifest, ManifestInputs,
-                                     PlanSummary, TablePlacement, TorchRecPlan)
+from recshard_stats.manifest import (
+    BaselinePlan,
+    ColumnShard,
+    GpuPlacement,
+    Manifest,
+    ManifestInputs,
+    PlanSummary,
+    SolverSettings,
+    TablePlacement,
+    TorchRecPlan,
+)
 from recshard_stats.options import SolveOptions, check_ds
-from recshard_stats.solver.plan import PlanCost
 from recshard_stats.solver.column_split import TableShards, table_shards
+from recshard_stats.solver.plan import PlanCost
 from recshard_stats.solver.problem import Problem, TableDemand
 from recshard_stats.solver.solve import Outcome
 from recshard_stats.stats_reader import StatsPartition, stats_digest
 from recshard_stats.typed_json import to_plain
+from recshard_stats.units import MS_PER_S
 
 if TYPE_CHECKING:
-    from recshard_stats.torchrec import TorchRecBaseline
+    from recshard_stats.torchrec_planner import TorchRecBaseline
 
-_MS = 1e3
 TORCHREC_PLAN_NAME = "torchrec_plan.json"
 
 
 def baseline_plan(cost: PlanCost, best_cost: float, torchrec_rating_ms: float | None = None) -> BaselinePlan:
-    return BaselinePlan(name=cost.plan.name, max_cost_ms=cost.max_cost * _MS, imbalance=cost.imbalance,
-                        uvm_access_fraction=cost.uvm_access_fraction,
-                        cost_vs_recshard=cost.max_cost / best_cost if best_cost > 0 else 1.0,
-                        gpu=tuple(cost.plan.gpu), rows_hbm=tuple(cost.plan.rows_hbm),
-                        gpu_cost_ms=tuple(c * _MS for c in cost.gpu_cost), torchrec_rating_ms=torchrec_rating_ms)
+    return BaselinePlan(
+        name=cost.plan.name,
+        max_cost_ms=cost.max_cost * MS_PER_S,
+        imbalance=cost.imbalance,
+        uvm_access_fraction=cost.uvm_access_fraction,
+        cost_vs_recshard=cost.max_cost / best_cost if best_cost > 0 else 1.0,
+        gpu=tuple(cost.plan.gpu),
+        rows_hbm=tuple(cost.plan.rows_hbm),
+        gpu_cost_ms=tuple(c * MS_PER_S for c in cost.gpu_cost),
+        torchrec_rating_ms=torchrec_rating_ms,
+    )
 
 
 def torchrec_plan_summary(baseline: TorchRecBaseline, best_cost: float) -> TorchRecPlan:
     cost = baseline.cost
     return TorchRecPlan(
-        name=baseline.name, planning_seconds=baseline.planning_seconds, error=baseline.error, shards=baseline.shards,
-        max_cost_ms=cost.max_cost * _MS if cost else None, imbalance=cost.imbalance if cost else None,
+        name=baseline.name,
+        planning_seconds=baseline.planning_seconds,
+        error=baseline.error,
+        shards=baseline.shards,
+        max_cost_ms=cost.max_cost * MS_PER_S if cost else None,
+        imbalance=cost.imbalance if cost else None,
         uvm_access_fraction=cost.uvm_access_fraction if cost else None,
         cost_vs_recshard=cost.max_cost / best_cost if cost and best_cost > 0 else None,
-        gpu_cost_ms=tuple(c * _MS for c in cost.gpu_cost) if cost else (),
-        torchrec_rating_ms=baseline.torchrec_rating_ms)
+        gpu_cost_ms=tuple(c * MS_PER_S for c in cost.gpu_cost) if cost else (),
+        torchrec_rating_ms=baseline.torchrec_rating_ms,
+    )
 
 
-def build_manifest(outcome: Outcome, problem: Problem, model: ModelConfig, hardware: HardwareConfig,
-                   stats: StatsPartition, options: SolveOptions, ds: str) -> Manifest:
+def solver_settings(options: SolveOptions) -> SolverSettings:
+    """The CLI's options as the manifest records them (the same fields, by name)."""
+    return SolverSettings(**{f.name: getattr(options, f.name) for f in dataclasses.fields(SolverSettings)})
+
+
+def build_manifest(
+    outcome: Outcome,
+    problem: Problem,
+    model: ModelConfig,
+    hardware: HardwareConfig,
+    stats: StatsPartition,
+    options: SolveOptions,
+    ds: str,
+) -> Manifest:
     best = outcome.best
-    inputs = dict(stats_digest=stats_digest(stats), stats_ds=stats.metadata.ds, model_digest=model.digest(),
-                  hardware_digest=hardware.digest(), solver_options=options)
-    inputs = ManifestInputs(stats=str(stats.path), digest=digest_of(to_plain(inputs)), **inputs)
+    digested = {
+        "stats_digest": stats_digest(stats),
+        "stats_ds": stats.metadata.ds,
+        "model_digest": model.digest(),
+        "hardware_digest": hardware.digest(),
+        "solver_settings": solver_settings(options),
+    }
+    inputs = ManifestInputs(
+        stats=str(stats.path),
+        stats_digest=stats_digest(stats),
+        stats_ds=stats.metadata.ds,
+        model_digest=model.digest(),
+        hardware_digest=hardware.digest(),
+        solver_settings=solver_settings(options),
+        digest=digest_of(to_plain(digested)),
+    )
     placed = outcome.placed or problem
-    tables = tuple(_placement(t, s, best, placed) for t, s in zip(problem.tables, table_shards(placed, best.plan)))
-    gpus = tuple(GpuPlacement(rank=g, tables=tuple(t.name for t in tables if g in t.ranks),
-                              hbm_bytes_used=int(best.gpu_hbm_bytes[g]), hbm_bytes_capacity=int(problem.hbm_capacity),
-                              predicted_cost_ms=best.gpu_cost[g] * _MS,
-                              trainer_buffer_bytes=best.gpu_buffer_bytes[g],
-                              kernel_groups_ms=max(0.0, best.gpu_cost[g] - sum(
-                                  c for c, h in zip(best.table_cost, best.plan.gpu) if h == g)) * _MS)
-                 for g in range(problem.num_gpus))
+    tables = tuple(
+        _placement(t, s, best, placed)
+        for t, s in zip(problem.tables, table_shards(placed, best.plan), strict=True)
+    )
+    gpus = tuple(
+        GpuPlacement(
+            rank=g,
+            tables=tuple(t.name for t in tables if g in t.ranks),
+            hbm_bytes_used=int(best.gpu_hbm_bytes[g]),
+            hbm_bytes_capacity=int(problem.hbm_capacity),
+            predicted_cost_ms=best.gpu_cost[g] * MS_PER_S,
+            trainer_buffer_bytes=best.gpu_buffer_bytes[g],
+            kernel_groups_ms=max(
+                0.0,
+                best.gpu_cost[g]
+                - sum(c for c, h in zip(best.table_cost, best.plan.gpu, strict=True) if h == g),
+            )
+            * MS_PER_S,
+        )
+        for g in range(problem.num_gpus)
+    )
     milp = outcome.milp
     plan = PlanSummary(
-        solver=options.solver, status=milp.status, source=outcome.source, objective_ms=best.max_cost * _MS,
-        lower_bound_ms=outcome.lower_bound * _MS, gap=outcome.gap, milp_objective_ms=milp.objective_ms,
-        milp_bound_ms=milp.bound_ms, solve_seconds=milp.solve_seconds, imbalance=best.imbalance,
+        solver=options.solver,
+        status=milp.status,
+        source=outcome.source,
+        objective_ms=best.max_cost * MS_PER_S,
+        lower_bound_ms=outcome.lower_bound * MS_PER_S,
+        gap=outcome.gap,
+        milp_objective_ms=milp.objective_ms,
+        milp_bound_ms=milp.bound_ms,
+        solve_seconds=milp.solve_seconds,
+        imbalance=best.imbalance,
         uvm_access_fraction=best.uvm_access_fraction,
-        baselines=tuple(baseline_plan(b, best.max_cost, r.rating_ms if r else None) for b, r in
-                        zip(outcome.baselines, outcome.baseline_ratings or (None,) * len(outcome.baselines))),
+        baselines=tuple(
+            baseline_plan(b, best.max_cost, r.rating_ms if r else None)
+            for b, r in zip(
+                outcome.baselines, outcome.baseline_ratings or (None,) * len(outcome.baselines), strict=True
+            )
+        ),
         torchrec=tuple(torchrec_plan_summary(b, best.max_cost) for b in outcome.torchrec),
-        torchrec_rating_ms=outcome.torchrec_rating.rating_ms if outcome.torchrec_rating else None)
-    return Manifest(ds=ds, created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(),
-                    producer=f"recshard-stats {__version__}", inputs=inputs, model=model, hardware=hardware,
-                    plan=plan, gpus=gpus, tables=tables)
+        torchrec_rating_ms=outcome.torchrec_rating.rating_ms if outcome.torchrec_rating else None,
+    )
+    return Manifest(
+        ds=ds,
+        created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        producer=f"recshard-stats {__version__}",
+        inputs=inputs,
+        model=model,
+        hardware=hardware,
+        plan=plan,
+        gpus=gpus,
+        tables=tables,
+    )
 
 
 def _placement(t: TableDemand, shards: TableShards, best: PlanCost, placed: Problem) -> TablePlacement:
     """A model table's placement from the plan of ``placed``'s entries (its column shards or itself)."""
     e = shards.entries
-    cut = tuple(ColumnShard(gpu=best.plan.gpu[j], first_column=i * placed.tables[j].dim,
-                            columns=placed.tables[j].dim, predicted_cost_ms=best.table_cost[j] * _MS,
-                            trainer_buffer_bytes=placed.trainer_bytes[j])
-                for i, j in enumerate(e)) if len(e) > 1 else ()
+    cut = (
+        tuple(
+            ColumnShard(
+                gpu=best.plan.gpu[j],
+                first_column=i * placed.tables[j].dim,
+                columns=placed.tables[j].dim,
+                predicted_cost_ms=best.table_cost[j] * MS_PER_S,
+                trainer_buffer_bytes=placed.trainer_bytes[j],
+            )
+            for i, j in enumerate(e)
+        )
+        if len(e) > 1
+        else ()
+    )
     return TablePlacement(
-        name=t.name, features=t.features, gpu=shards.gpus[0], hash_size=t.hash_size, dim=t.dim, hash=t.hash,
-        rows_hbm=shards.rows_hbm, rows_uvm=t.hash_size - shards.rows_hbm, unique_rows=t.unique_rows,
-        unused_rows=t.hash_size - t.unique_rows, predicted_hbm_access_fraction=best.table_hbm_fraction[e[0]],
-        predicted_cost_ms=sum(best.table_cost[j] for j in e) * _MS, accesses_per_batch=t.accesses_per_batch,
-        pooling_factor=t.pooling_factor, feature_pooling=t.feature_pooling, coverage=t.coverage,
-        row_bytes=t.row_bytes, remap=None, trainer_buffer_bytes=sum(placed.trainer_bytes[j] for j in e),
-        column_shards=cut, longest_bag=t.longest_bag)
+        name=t.name,
+        features=t.features,
+        gpu=shards.gpus[0],
+        hash_size=t.hash_size,
+        dim=t.dim,
+        hash=t.hash,
+        rows_hbm=shards.rows_hbm,
+        rows_uvm=t.hash_size - shards.rows_hbm,
+        unique_rows=t.unique_rows,
+        unused_rows=t.hash_size - t.unique_rows,
+        predicted_hbm_access_fraction=best.table_hbm_fraction[e[0]],
+        predicted_cost_ms=sum(best.table_cost[j] for j in e) * MS_PER_S,
+        accesses_per_batch=t.accesses_per_batch,
+        pooling_factor=t.pooling_factor,
+        feature_pooling=t.feature_pooling,
+        coverage=t.coverage,
+        row_bytes=t.row_bytes,
+        remap=None,
+        trainer_buffer_bytes=sum(placed.trainer_bytes[j] for j in e),
+        column_shards=cut,
+        longest_bag=t.longest_bag,
+    )
 
 
 def manifest_dir(root: str | pathlib.Path, ds: str) -> pathlib.Path:
     return pathlib.Path(root) / f"ds={check_ds(ds)}"
 
 
-def solve_to_manifest(stats_path, model_path, hardware_path, out_root, ds: str | None = None,
-                      options: SolveOptions = SolveOptions()) -> pathlib.Path:
+def solve_to_manifest(
+    stats_path,
+    model_path,
+    hardware_path,
+    out_root,
+    ds: str | None = None,
+    options: SolveOptions = SolveOptions(),
+) -> pathlib.Path:
     """``recshard solve``: stats partition + configs -> ``<out_root>/ds=<ds>/manifest.json``
     (plus ``torchrec_plan.json`` beside it), each written atomically."""
     import json
@@ -104,7 +214,8 @@ def solve_to_manifest(stats_path, model_path, hardware_path, out_root, ds: str |
     from recshard_stats.atomic import write_text_atomic
     from recshard_stats.config import load_hardware_config, load_model_config
     from recshard_stats.export import torchrec_plan
-    from recshard_stats.manifest import MANIFEST_NAME, write_manifest
+    from recshard_stats.manifest_loader import MANIFEST_NAME
+    from recshard_stats.manifest_publisher import write_manifest
     from recshard_stats.solver.problem import build_problem
     from recshard_stats.solver.solve import solve_problem
     from recshard_stats.stats_reader import load_stats

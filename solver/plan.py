@@ -13,44 +13,53 @@ from recshard_stats.solver.problem import Problem
 @dataclasses.dataclass(frozen=True)
 class Plan:
     name: str
-    gpu: tuple[int, ...]         # per table
-    rows_hbm: tuple[int, ...]    # per table, hottest rows kept in HBM
+    gpu: tuple[int, ...]  # per table
+    rows_hbm: tuple[int, ...]  # per table, hottest rows kept in HBM
 
 
 @dataclasses.dataclass(frozen=True)
 class PlanCost(GpuCosts):
     """A plan with its predicted cost (from the profiled access CDFs) and HBM use."""
+
     plan: Plan
     table_hbm_fraction: tuple[float, ...]
-    gpu_hbm_bytes: tuple[float, ...]        # rows in HBM
-    gpu_buffer_bytes: tuple[int, ...]       # the trainer's buffers of its tables
+    gpu_hbm_bytes: tuple[float, ...]  # rows in HBM
+    gpu_buffer_bytes: tuple[int, ...]  # the trainer's buffers of its tables
 
 
 def cost_plan(problem: Problem, plan: Plan) -> PlanCost:
-    loads = [problem.load(t, plan.rows_hbm[j], problem.comm_bytes[j], plan.gpu[j]) for j, t in enumerate(problem.tables)]
+    loads = [
+        problem.load(t, plan.rows_hbm[j], problem.comm_bytes[j], plan.gpu[j])
+        for j, t in enumerate(problem.tables)
+    ]
     fractions = tuple(float(load.hbm_fraction) for load in loads)
     costs = placement_cost(problem.hardware.costs, problem.num_gpus, loads)
     gpu_bytes = [0.0] * problem.num_gpus
     for j, table in enumerate(problem.tables):
         gpu_bytes[plan.gpu[j]] += plan.rows_hbm[j] * table.row_bytes
-    buffers = tuple(problem.buffer_bytes([j for j, g in enumerate(plan.gpu) if g == rank])
-                    for rank in range(problem.num_gpus))
-    # a lookup of a table cut into k column shards reaches each shard: count it once, not k times
-    lookups = [t.accesses_per_batch / t.column_shards for t in problem.tables]
-    uvm = sum(a * (1 - f) for a, f in zip(lookups, fractions)) / sum(lookups) if sum(lookups) else 0.0
-    return PlanCost(**{f.name: getattr(costs, f.name) for f in dataclasses.fields(GpuCosts)} | {
-        "uvm_access_fraction": uvm}, plan=plan, table_hbm_fraction=fractions, gpu_hbm_bytes=tuple(gpu_bytes),
-        gpu_buffer_bytes=buffers)
+    buffers = tuple(
+        problem.buffer_bytes([j for j, g in enumerate(plan.gpu) if g == rank])
+        for rank in range(problem.num_gpus)
+    )
+    return PlanCost(
+        **{f.name: getattr(costs, f.name) for f in dataclasses.fields(GpuCosts)},
+        plan=plan,
+        table_hbm_fraction=fractions,
+        gpu_hbm_bytes=tuple(gpu_bytes),
+        gpu_buffer_bytes=buffers,
+    )
 
 
 def violations(problem: Problem, plan: Plan) -> list[str]:
     """Every capacity the plan breaks (empty when it is valid)."""
     out = []
     cost = cost_plan(problem, plan)
-    for g, (used, buffers) in enumerate(zip(cost.gpu_hbm_bytes, cost.gpu_buffer_bytes)):
+    for g, (used, buffers) in enumerate(zip(cost.gpu_hbm_bytes, cost.gpu_buffer_bytes, strict=True)):
         if used + buffers > problem.hbm_capacity + 1e-6:
-            out.append(f"GPU {g} uses {used + buffers:.0f} B of HBM ({used:.0f} B of rows, {buffers:.0f} B of "
-                       f"trainer buffers), capacity {problem.hbm_capacity:.0f} B")
+            out.append(
+                f"GPU {g} uses {used + buffers:.0f} B of HBM ({used:.0f} B of rows, {buffers:.0f} B of "
+                f"trainer buffers), capacity {problem.hbm_capacity:.0f} B"
+            )
     uvm = sum((t.hash_size - plan.rows_hbm[j]) * t.row_bytes for j, t in enumerate(problem.tables))
     if uvm > problem.hardware.host_bytes:
         out.append(f"UVM needs {uvm:.0f} B, host has {problem.hardware.host_bytes} B")

@@ -11,28 +11,30 @@ import numpy as np
 from recshard_stats.config import HardwareConfig, ModelConfig
 from recshard_stats.costmodel import TableLoad, tier_bags
 from recshard_stats.distributions import CountOfCounts
-from recshard_stats.errors import Reason, RecShardError, fmt_bytes
+from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.stats_reader import StatsPartition
+from recshard_stats.units import fmt_bytes
 
 
 @dataclasses.dataclass(frozen=True)
 class TableDemand:
     """One embedding table as the cost model sees it."""
+
     name: str
     features: tuple[str, ...]
     hash_size: int
     dim: int
     hash: str
     row_bytes: float
-    accesses_per_batch: float      # a_j = B * cov_j * pf_j (ids per sample, summed over features)
-    coc: CountOfCounts             # access count -> rows, from the profile
-    pooling_factor: float          # mean ids per present sample
-    coverage: float = 1.0          # largest coverage among its features
+    accesses_per_batch: float  # a_j = B * cov_j * pf_j (ids per sample, summed over features)
+    coc: CountOfCounts  # access count -> rows, from the profile
+    pooling_factor: float  # mean ids per present sample
+    coverage: float = 1.0  # largest coverage among its features
     feature_pooling: tuple[float, ...] = ()  # mean ids per sample, per feature (TorchRec's pooling_factors)
-    column_shards: int = 1         # > 1: one of that many column shards of a table (dim, row_bytes already cut)
-    longest_bag: float = 0.0       # ids in the longest bag a batch is expected to hold (of any feature)
+    column_shards: int = 1  # > 1: one of that many column shards of a table (dim, row_bytes already cut)
+    longest_bag: float = 0.0  # ids in the longest bag a batch is expected to hold (of any feature)
 
-    def column_shard(self, k: int) -> "TableDemand":
+    def column_shard(self, k: int) -> TableDemand:
         """One of k column shards: dim / k columns, 1/k of the row bytes, every access and row
         touched (1/k of the per-byte terms, all the per-lookup ones)."""
         if k == 1:
@@ -76,7 +78,9 @@ class TableDemand:
         (Good-Turing: the mass of new ids is estimated from, and taken from, the ids seen once)."""
         values = self.coc.counts.astype(np.float64)
         if self.singletons:
-            values[self.coc.counts == 1] = 1.0 - self.unseen_probability * self.coc.total_accesses / self.singletons
+            values[self.coc.counts == 1] = (
+                1.0 - self.unseen_probability * self.coc.total_accesses / self.singletons
+            )
         return values
 
     @property
@@ -110,8 +114,9 @@ class TableDemand:
         if self.coc.total_accesses == 0:
             return np.zeros_like(rows_hbm)
         seen, unseen = self._rows_in_batch
-        return (self.coc.top_sum(np.minimum(rows_hbm, self.unique_rows), seen)
-                + unseen * np.clip(rows_hbm - self.unique_rows, 0, None))
+        return self.coc.top_sum(np.minimum(rows_hbm, self.unique_rows), seen) + unseen * np.clip(
+            rows_hbm - self.unique_rows, 0, None
+        )
 
     @functools.cached_property
     def distinct_per_batch(self) -> float:
@@ -127,7 +132,8 @@ class TableDemand:
         seen = self.coc.top_accesses(np.minimum(rows_hbm, self.unique_rows))
         if self.singletons:
             seen = seen - (1.0 - self.row_values[-1]) * np.maximum(
-                0.0, np.minimum(rows_hbm, self.unique_rows) - (self.unique_rows - self.singletons))
+                0.0, np.minimum(rows_hbm, self.unique_rows) - (self.unique_rows - self.singletons)
+            )
         unseen = self.unseen_row_value * np.clip(rows_hbm - self.unique_rows, 0, None)
         return np.minimum((seen + unseen) / total, 1.0)
 
@@ -137,6 +143,7 @@ class Problem:
     """Tables to place on the GPUs. After :func:`~recshard_stats.solver.column_split.split_problem`
     an entry may be a column shard of a model table: ``parent`` maps each entry to its table's
     index (empty: every entry is a whole table), and shards of one table go to different GPUs."""
+
     tables: tuple[TableDemand, ...]
     hardware: HardwareConfig
     parent: tuple[int, ...] = ()
@@ -184,8 +191,10 @@ class Problem:
         """Per table: the HBM its GPU gives the trainer's buffers for it (ids, pooled outputs),
         whatever its rows (:meth:`HardwareConfig.trainer_bytes`)."""
         hw = self.hardware
-        return tuple(hw.trainer_bytes(t.accesses_per_batch / hw.batch_size, len(t.features), t.dim)
-                     for t in self.tables)
+        return tuple(
+            hw.trainer_bytes(t.accesses_per_batch / hw.batch_size, len(t.features), t.dim)
+            for t in self.tables
+        )
 
     def buffer_bytes(self, tables) -> int:
         """The trainer's buffers of ``tables`` (indices into ``tables``) in HBM."""
@@ -205,10 +214,13 @@ class Problem:
         """Per table: the ids and pooled outputs its GPU exchanges per batch
         (:meth:`HardwareConfig.comm_bytes`)."""
         hw = self.hardware
-        return tuple(hw.comm_bytes(t.accesses_per_batch / hw.batch_size, len(t.features), t.dim) for t in self.tables)
+        return tuple(
+            hw.comm_bytes(t.accesses_per_batch / hw.batch_size, len(t.features), t.dim) for t in self.tables
+        )
 
-    def load(self, table: TableDemand, rows_hbm, comm_bytes: float = 0.0, gpu: int = 0,
-             linear: bool = False) -> TableLoad:
+    def load(
+        self, table: TableDemand, rows_hbm, comm_bytes: float = 0.0, gpu: int = 0, linear: bool = False
+    ) -> TableLoad:
         """A table (or column shard) with its rows_hbm hottest rows in HBM, as the cost model sees it:
         its bags run in each tier it has rows in (a split table in both). ``linear``: the solver's
         view, every table's bags in its cheaper tier only (a constant: the cost stays linear in the
@@ -221,9 +233,20 @@ class Problem:
             bags_hbm, bags_host = (bags, 0.0) if cheaper_in_hbm else (0.0, bags)
         else:
             bags_hbm, bags_host = tier_bags(bags, rows_hbm, table.hash_size)
-        return TableLoad(gpu, table.accesses_per_batch, table.hbm_fraction(rows_hbm), distinct_hbm,
-                         table.distinct_per_batch - distinct_hbm, table.row_bytes, table.size_bytes, comm_bytes,
-                         bags_hbm, bags_host, table.longest_bag)
+        return TableLoad(
+            gpu,
+            table.accesses_per_batch,
+            table.hbm_fraction(rows_hbm),
+            distinct_hbm,
+            table.distinct_per_batch - distinct_hbm,
+            table.row_bytes,
+            table.size_bytes,
+            comm_bytes,
+            bags_hbm,
+            bags_host,
+            table.longest_bag,
+            1.0 / table.column_shards,
+        )
 
     def demand_cost(self, table: TableDemand, rows_hbm, comm_bytes: float = 0.0):
         """The solver's per-batch seconds of a table (or column shard) with its rows_hbm hottest
@@ -247,11 +270,15 @@ class Problem:
         """Seconds per batch one row of table j saves in HBM: per access-count class (hottest
         first), and per never-seen row."""
         t = self.tables[j]
-        lookup_hbm, lookup_host, distinct_hbm, distinct_host = self.hardware.costs.unit_costs(t.row_bytes, t.size_bytes)
+        lookup_hbm, lookup_host, distinct_hbm, distinct_host = self.hardware.costs.unit_costs(
+            t.row_bytes, t.size_bytes
+        )
         per_access = t.accesses_per_batch / max(t.coc.total_accesses, 1) * (lookup_host - lookup_hbm)
         per_distinct = distinct_host - distinct_hbm
         seen, unseen = t._rows_in_batch
-        return t.row_values * per_access + seen * per_distinct, float(t.unseen_row_value * per_access + unseen * per_distinct)
+        return t.row_values * per_access + seen * per_distinct, float(
+            t.unseen_row_value * per_access + unseen * per_distinct
+        )
 
     def uvm_time(self, j: int) -> float:
         """Per-batch seconds of table j with every access served from UVM."""
@@ -266,8 +293,11 @@ class Problem:
         GPU, all of them on all GPUs), and all tables in HBM + host memory together."""
         buffers = self.trainer_bytes
         hw = self.hardware
-        fixes = (f"lower batch_size ({hw.batch_size})", "raise hbm_per_gpu_gib or lower hbm_reserved_fraction",
-                 "add GPUs" if len(buffers) > 1 else "lower the table's dim")
+        fixes = (
+            f"lower batch_size ({hw.batch_size})",
+            "raise hbm_per_gpu_gib or lower hbm_reserved_fraction",
+            "add GPUs" if len(buffers) > 1 else "lower the table's dim",
+        )
         worst = max(range(len(buffers)), key=lambda j: buffers[j], default=None)
         if worst is not None and buffers[worst] > self.hbm_capacity:
             raise RecShardError(
@@ -275,15 +305,21 @@ class Problem:
                 f"table {self.tables[worst].name!r} alone needs {fmt_bytes(buffers[worst])} of HBM for the "
                 f"trainer's ids and pooled outputs at batch {hw.batch_size}, a GPU has "
                 f"{fmt_bytes(self.hbm_capacity)} usable (short by {fmt_bytes(buffers[worst] - self.hbm_capacity)})",
-                fixes=fixes[:2], context={"needed_bytes": int(buffers[worst]), "hbm_bytes": int(self.hbm_capacity)})
+                fixes=fixes[:2],
+                context={"needed_bytes": int(buffers[worst]), "hbm_bytes": int(self.hbm_capacity)},
+            )
         if sum(buffers) > self.num_gpus * self.hbm_capacity:
             raise RecShardError(
                 Reason.INFEASIBLE_HBM,
                 f"the trainer's ids and pooled outputs at batch {hw.batch_size} need {fmt_bytes(sum(buffers))} of "
                 f"HBM for all tables, the {self.num_gpus} GPUs have {fmt_bytes(self.num_gpus * self.hbm_capacity)} "
                 f"usable (short by {fmt_bytes(sum(buffers) - self.num_gpus * self.hbm_capacity)})",
-                fixes=fixes, context={"needed_bytes": int(sum(buffers)),
-                                      "hbm_bytes": int(self.num_gpus * self.hbm_capacity)})
+                fixes=fixes,
+                context={
+                    "needed_bytes": int(sum(buffers)),
+                    "hbm_bytes": int(self.num_gpus * self.hbm_capacity),
+                },
+            )
         total = sum(t.size_bytes for t in self.tables)
         hbm = self.num_gpus * self.hbm_capacity - sum(buffers)
         host_needed = total - hbm
@@ -295,7 +331,8 @@ class Problem:
                 f"{fmt_bytes(host_needed)} of host memory, config gives {fmt_bytes(self.hardware.host_bytes)} "
                 f"(short by {fmt_bytes(host_needed - self.hardware.host_bytes)})",
                 fixes=("raise host_gib", "add GPUs", "shrink hash sizes or dims"),
-                context={"needed_bytes": int(host_needed), "host_bytes": self.hardware.host_bytes})
+                context={"needed_bytes": int(host_needed), "host_bytes": self.hardware.host_bytes},
+            )
 
 
 def build_problem(stats: StatsPartition, model: ModelConfig, hardware: HardwareConfig) -> Problem:
@@ -307,23 +344,39 @@ def build_problem(stats: StatsPartition, model: ModelConfig, hardware: HardwareC
     tables = []
     for table in model.tables:
         if table.name not in rows:
-            raise RecShardError(Reason.STATS_INVALID, f"stats at {stats.path} have no table {table.name!r}",
-                                fixes=("profile with this model config",))
+            raise RecShardError(
+                Reason.STATS_INVALID,
+                f"stats at {stats.path} have no table {table.name!r}",
+                fixes=("profile with this model config",),
+            )
         row = rows[table.name]
         if row["hash_size"] != table.hash_size:
-            raise RecShardError(Reason.STATS_INVALID,
-                                f"table {table.name!r}: stats were computed with hash_size {row['hash_size']}, "
-                                f"model config says {table.hash_size}", fixes=("re-run the profile",))
+            raise RecShardError(
+                Reason.STATS_INVALID,
+                f"table {table.name!r}: stats were computed with hash_size {row['hash_size']}, "
+                f"model config says {table.hash_size}",
+                fixes=("re-run the profile",),
+            )
         present = sum(features[f]["present_samples"] for f in table.features)
         pooling = row["total_accesses"] / present if present else 0.0
-        tables.append(TableDemand(
-            name=table.name, features=table.features, hash_size=table.hash_size, dim=table.dim,
-            hash=table.hash, row_bytes=hardware.row_bytes(table.dim),
-            accesses_per_batch=hardware.batch_size * row["accesses_per_sample"],
-            coc=stats.count_of_counts("table", table.name), pooling_factor=pooling,
-            coverage=max(features[f]["coverage"] for f in table.features),
-            feature_pooling=tuple(features[f]["pf_mean"] for f in table.features),
-            longest_bag=max(longest_bag(histograms.get(f, []), hardware.batch_size) for f in table.features)))
+        tables.append(
+            TableDemand(
+                name=table.name,
+                features=table.features,
+                hash_size=table.hash_size,
+                dim=table.dim,
+                hash=table.hash,
+                row_bytes=hardware.row_bytes(table.dim),
+                accesses_per_batch=hardware.batch_size * row["accesses_per_sample"],
+                coc=stats.count_of_counts("table", table.name),
+                pooling_factor=pooling,
+                coverage=max(features[f]["coverage"] for f in table.features),
+                feature_pooling=tuple(features[f]["pf_mean"] for f in table.features),
+                longest_bag=max(
+                    longest_bag(histograms.get(f, []), hardware.batch_size) for f in table.features
+                ),
+            )
+        )
     return Problem(tuple(tables), hardware)
 
 
@@ -332,8 +385,8 @@ def longest_bag(histogram: list[tuple[int, int]], batch: int) -> float:
     ones are at most one sample in ``batch`` (1 - 1/batch quantile of the profile's histogram)."""
     if not histogram:
         return 1.0
-    pf, samples = (np.array(a, dtype=np.float64) for a in zip(*sorted(histogram)))
-    above = samples.sum() - np.cumsum(samples)   # samples with a larger pooling factor
+    pf, samples = (np.array(a, dtype=np.float64) for a in zip(*sorted(histogram), strict=True))
+    above = samples.sum() - np.cumsum(samples)  # samples with a larger pooling factor
     return float(pf[np.argmax(above <= samples.sum() / batch)])
 
 

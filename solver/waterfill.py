@@ -23,16 +23,18 @@ from recshard_stats.solver.problem import Problem, TableDemand
 def segments(problem: Problem, tables: list[int]):
     """(seconds saved per row, rows, owner) of every segment (count classes, then never-seen
     rows), most seconds saved per HBM byte first."""
-    saved, size, owner = [], [], []
+    saved_parts: list[np.ndarray] = []
+    size_parts: list[np.ndarray] = []
+    owner_parts: list[np.ndarray] = []
     for j in tables:
         t = problem.tables[j]
         seen, unseen = problem.row_savings(j)
-        saved += [seen, [unseen]]
-        size += [t.coc.rows.astype(np.float64), [float(t.hash_size - t.unique_rows)]]
-        owner += [np.full(len(t.coc.counts) + 1, j)]
-    if not saved:
+        saved_parts += [seen, np.array([unseen])]
+        size_parts += [t.coc.rows.astype(np.float64), np.array([float(t.hash_size - t.unique_rows)])]
+        owner_parts += [np.full(len(t.coc.counts) + 1, j)]
+    if not saved_parts:
         return np.zeros(0), np.zeros(0), np.zeros(0, dtype=int)
-    saved, size, owner = (np.concatenate(a) for a in (saved, size, owner))
+    saved, size, owner = (np.concatenate(a) for a in (saved_parts, size_parts, owner_parts))
     row_bytes = np.array([problem.tables[j].row_bytes for j in owner])
     order = np.argsort(-saved / row_bytes, kind="stable")
     keep = size[order] > 0
@@ -55,7 +57,7 @@ def fractional_saving(saved: np.ndarray, size: np.ndarray, density: np.ndarray, 
 def split(problem: Problem, tables: list[int], capacity: float) -> dict[int, int]:
     """Rows in HBM for each of ``tables`` sharing ``capacity`` bytes of HBM for rows: whole
     segments in order while they fit, then as many rows as fit of each later one."""
-    rows = {j: 0 for j in tables}
+    rows = dict.fromkeys(tables, 0)
     _, size, owner = segments(problem, tables)
     if not len(size):
         return rows
@@ -91,22 +93,28 @@ def split_assignment(problem: Problem, gpu: tuple[int, ...]) -> tuple[int, ...]:
     fixed: dict[int, int] = {}
     for group in problem.shard_groups:
         gpus = sorted({gpu[j] for j in group})
-        best = None
+        best: tuple[tuple[float, float], int] | None = None
         for r in sorted({rows[j] for j in group} | {0, problem.shard_rows[group[0]]}):
-            trial = {**fixed, **{j: r for j in group}}
-            costs = [_gpu_cost(problem, gpu, g, trial) for g in gpus]
-            if None not in costs and (best is None or (max(costs), sum(costs)) < best[0]):
+            trial = {**fixed, **dict.fromkeys(group, r)}
+            maybe = [_gpu_cost(problem, gpu, g, trial) for g in gpus]
+            costs = [c for c in maybe if c is not None]
+            if len(costs) == len(maybe) and (best is None or (max(costs), sum(costs)) < best[0]):
                 best = ((max(costs), sum(costs)), r)
-        fixed.update({j: best[1] for j in group})
+        assert best is not None, "no rows at all (r = 0) always fit"
+        fixed.update(dict.fromkeys(group, best[1]))
     # only the GPUs holding shards split again
     return _split_each_gpu(problem, gpu, fixed, {gpu[j] for j in fixed}, rows) if fixed else rows
 
 
-def _gpu_split(problem: Problem, gpu: tuple[int, ...], g: int, fixed: dict[int, int]) -> dict[int, int] | None:
+def _gpu_split(
+    problem: Problem, gpu: tuple[int, ...], g: int, fixed: dict[int, int]
+) -> dict[int, int] | None:
     """Rows of GPU g's tables, those in ``fixed`` as given, the others split over what is left
     (None: the fixed rows do not fit)."""
     mine = [j for j, owner in enumerate(gpu) if owner == g]
-    capacity = problem.rows_capacity(mine) - sum(fixed[j] * problem.tables[j].row_bytes for j in mine if j in fixed)
+    capacity = problem.rows_capacity(mine) - sum(
+        fixed[j] * problem.tables[j].row_bytes for j in mine if j in fixed
+    )
     if capacity < 0 and any(fixed.get(j) for j in mine):
         return None
     out = split(problem, [j for j in mine if j not in fixed], capacity)
@@ -119,14 +127,19 @@ def _gpu_cost(problem: Problem, gpu: tuple[int, ...], g: int, fixed: dict[int, i
     return None if rows is None else sum(problem.table_cost(j, r) for j, r in rows.items())
 
 
-def _split_each_gpu(problem: Problem, gpu: tuple[int, ...], fixed: dict[int, int], gpus=None,
-                    rows: tuple[int, ...] | None = None) -> tuple[int, ...]:
+def _split_each_gpu(
+    problem: Problem,
+    gpu: tuple[int, ...],
+    fixed: dict[int, int],
+    gpus=None,
+    rows: tuple[int, ...] | None = None,
+) -> tuple[int, ...]:
     """Every GPU's split, or only those of ``gpus`` over the other GPUs' ``rows``."""
-    rows = list(rows) if rows is not None else [0] * len(problem.tables)
+    out = list(rows) if rows is not None else [0] * len(problem.tables)
     for g in range(problem.num_gpus) if gpus is None else sorted(gpus):
         for j, r in (_gpu_split(problem, gpu, g, fixed) or {}).items():
-            rows[j] = r
-    return tuple(rows)
+            out[j] = r
+    return tuple(out)
 
 
 def pooled_bound(problem: Problem) -> float:
@@ -136,7 +149,9 @@ def pooled_bound(problem: Problem) -> float:
     total = sum(problem.uvm_time(j) for j in everything)
     per_row, rows, owner = segments(problem, everything)
     row_bytes = np.array([problem.tables[j].row_bytes for j in owner])
-    total -= fractional_saving(per_row * rows, rows * row_bytes, per_row / row_bytes, problem.pooled_rows_capacity)
+    total -= fractional_saving(
+        per_row * rows, rows * row_bytes, per_row / row_bytes, problem.pooled_rows_capacity
+    )
     return total / problem.num_gpus
 
 
@@ -166,7 +181,7 @@ def lower_bound(problem: Problem, max_column_shards: int = 1) -> float:
     for j in sorted(range(len(shards)), key=lambda j: -uvm[j]):
         if len(alone) > g and uvm[j] <= alone[g]:
             break
-        alone = sorted(alone + [alone_cost(problem, shards[j])], reverse=True)[:g + 1]
+        alone = sorted([*alone, alone_cost(problem, shards[j])], reverse=True)[: g + 1]
     pair = alone[g - 1] + alone[g] if len(alone) > g else 0.0
     # the slowest GPU runs at least one kernel group
     fixed = problem.hardware.costs.least_group_seconds if problem.tables else 0.0

@@ -1,36 +1,54 @@
 import pathlib
+from typing import Any
 
 import pyarrow.parquet as pq
 import yaml
 
 from recshard_stats.cli import build_parser
-from recshard_stats.options import ProfileOptions, from_args
 from recshard_stats.hashing import keys_of
+from recshard_stats.options import ProfileOptions, from_args
 
-
-SPEC = {
+SPEC: dict[str, Any] = {
     "name": "small",
     "input": {"format": "parquet"},
     "features": [
         {"name": "user", "type": "int64", "synthetic": {"coverage": 1.0, "cardinality": 5000, "zipf": 1.1}},
         {"name": "query", "type": "string", "synthetic": {"coverage": 0.6, "cardinality": 800, "zipf": 0.9}},
         {"name": "rare", "type": "int64", "synthetic": {"coverage": 0.004, "cardinality": 50, "zipf": 1.0}},
-        {"name": "hist", "type": "array<int64>",
-         "synthetic": {"coverage": 0.7, "pf_mean": 8, "pf_max": 60, "cardinality": 3000, "zipf": 1.2}},
-        {"name": "clicks", "type": "array<int64>",
-         "synthetic": {"coverage": 0.2, "pf_mean": 30, "pf_max": 200, "cardinality": 3000, "zipf": 1.0}},
-        {"name": "views", "type": "array<int64>",
-         "synthetic": {"coverage": 0.5, "pf_mean": 3, "pf_max": 20, "cardinality": 3000, "zipf": 1.0}},
-        {"name": "tags", "type": "array<string>",
-         "synthetic": {"coverage": 0.5, "pf_mean": 3, "pf_max": 12, "cardinality": 400, "zipf": 1.0}},
+        {
+            "name": "hist",
+            "type": "array<int64>",
+            "synthetic": {"coverage": 0.7, "pf_mean": 8, "pf_max": 60, "cardinality": 3000, "zipf": 1.2},
+        },
+        {
+            "name": "clicks",
+            "type": "array<int64>",
+            "synthetic": {"coverage": 0.2, "pf_mean": 30, "pf_max": 200, "cardinality": 3000, "zipf": 1.0},
+        },
+        {
+            "name": "views",
+            "type": "array<int64>",
+            "synthetic": {"coverage": 0.5, "pf_mean": 3, "pf_max": 20, "cardinality": 3000, "zipf": 1.0},
+        },
+        {
+            "name": "tags",
+            "type": "array<string>",
+            "synthetic": {"coverage": 0.5, "pf_mean": 3, "pf_max": 12, "cardinality": 400, "zipf": 1.0},
+        },
     ],
     "tables": [
-        {"name": "t_user", "features": ["user"], "hash_size": 1000, "dim": 32},        # collisions
+        {"name": "t_user", "features": ["user"], "hash_size": 1000, "dim": 32},  # collisions
         {"name": "t_query", "features": ["query"], "hash_size": 100000, "dim": 16, "hash": "xxhash64"},
-        {"name": "t_rare", "features": ["rare"], "hash_size": 1, "dim": 8},            # single row
+        {"name": "t_rare", "features": ["rare"], "hash_size": 1, "dim": 8},  # single row
         {"name": "t_hist", "features": ["hist"], "hash_size": 2048, "dim": 64, "hash": "xxhash64"},
         {"name": "t_items", "features": ["clicks", "views"], "hash_size": 700, "dim": 64},  # shared
-        {"name": "t_tags", "features": ["tags"], "hash_size": 256, "dim": 16, "hash": "xxhash64"},  # multi-hot strings
+        {
+            "name": "t_tags",
+            "features": ["tags"],
+            "hash_size": 256,
+            "dim": 16,
+            "hash": "xxhash64",
+        },  # multi-hot strings
     ],
 }
 
@@ -40,14 +58,17 @@ def write_yaml(path: pathlib.Path, data: dict) -> pathlib.Path:
     return path
 
 
-def run_profile(model: pathlib.Path, inputs, out: pathlib.Path, ds: str = "2026-12-01", *extra: str) -> pathlib.Path:
-    inputs = [str(p) for p in (inputs if isinstance(inputs, (list, tuple)) else [inputs])]
+def run_profile(
+    model: str | pathlib.Path, inputs, out: pathlib.Path, ds: str = "2026-12-01", *extra: str
+) -> pathlib.Path:
     """The profile as ``recshard profile`` runs it, in this process's Spark session."""
+    inputs = [str(p) for p in (inputs if isinstance(inputs, (list, tuple)) else [inputs])]
     from recshard_stats.spark_io import spark_session
     from recshard_stats.stages import profile_logs
 
     args = build_parser().parse_args(
-        ["profile", "--model", str(model), "--input", *inputs, "--out", str(out), "--ds", ds, *extra])
+        ["profile", "--model", str(model), "--input", *inputs, "--out", str(out), "--ds", ds, *extra]
+    )
     return pathlib.Path(profile_logs(spark_session("recshard-tests"), from_args(ProfileOptions, args)))
 
 
@@ -64,7 +85,9 @@ def replay(manifest, logs) -> pathlib.Path:
     from recshard_stats.spark_io import spark_session
     from recshard_stats.stages import replay_logs
 
-    return replay_logs(spark_session("recshard-tests"), ReplayOptions(manifest=str(manifest), logs=(str(logs),)))
+    return replay_logs(
+        spark_session("recshard-tests"), ReplayOptions(manifest=str(manifest), logs=(str(logs),))
+    )
 
 
 def parquet_keys(path, model) -> dict[str, list[list[int]]]:

@@ -16,10 +16,16 @@ def feature_reference(samples: list, hash_size: int) -> dict:
     rows = collections.Counter(int(k) % hash_size for k in keys)  # Python's % is a pmod
     n = len(samples)
     out = {
-        "num_samples": n, "present_samples": int((pf > 0).sum()), "coverage": float((pf > 0).mean()),
-        "pf_mean": float(pf.mean()), "pf_mean_present": float(present.mean()) if len(present) else 0.0,
-        "pf_min": int(present.min()) if len(present) else 0, "pf_max": int(present.max()) if len(present) else 0,
-        "total_accesses": len(keys), "unique_raw_ids": len(set(keys)), "unique_rows": len(rows),
+        "num_samples": n,
+        "present_samples": int((pf > 0).sum()),
+        "coverage": float((pf > 0).mean()),
+        "pf_mean": float(pf.mean()),
+        "pf_mean_present": float(present.mean()) if len(present) else 0.0,
+        "pf_min": int(present.min()) if len(present) else 0,
+        "pf_max": int(present.max()) if len(present) else 0,
+        "total_accesses": len(keys),
+        "unique_raw_ids": len(set(keys)),
+        "unique_rows": len(rows),
         "unused_rows": hash_size - len(rows),
         "count_of_counts": dict(collections.Counter(rows.values())),
         "pooling_histogram": dict(collections.Counter(pf.tolist())),

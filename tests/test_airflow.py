@@ -9,13 +9,15 @@ import pytest
 import yaml
 
 from recshard_stats.generate import generate
-from recshard_stats.manifest import load_latest
+from recshard_stats.manifest_publisher import load_latest
 from tests.conftest import ROOT
 
 AIRFLOW_PY = ROOT / ".venv-airflow" / "bin" / "python"
 AIRFLOW = ROOT / ".venv-airflow" / "bin" / "airflow"
-pytestmark = [pytest.mark.slow,  # Airflow's own venv, db migrate and two `dags test` runs: minutes
-              pytest.mark.skipif(not AIRFLOW.exists(), reason="no .venv-airflow: run scripts/setup.sh")]
+pytestmark = [
+    pytest.mark.slow,  # Airflow's own venv, db migrate and two `dags test` runs: minutes
+    pytest.mark.skipif(not AIRFLOW.exists(), reason="no .venv-airflow: run scripts/setup.sh"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -24,54 +26,92 @@ def airflow_env(tmp_path_factory):
     data = tmp_path_factory.mktemp("airflow_data")
     defaults = yaml.safe_load((ROOT / "conf" / "airflow.yaml").read_text())
     conf = data / "airflow.yaml"
-    conf.write_text(yaml.safe_dump({**defaults, "retries": 0, "time_limit": 30, "logs_wait_hours": 1,
-                                    "logs_root": str(data / "logs"), "stats_root": "/nowhere"}))
-    env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "airflow_dags"),
-           "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "RECSHARD_AIRFLOW_CONF": str(conf),
-           # a Variable overrides the file's setting
-           "AIRFLOW_VAR_RECSHARD_STATS_ROOT": str(data / "stats"),
-           "AIRFLOW_VAR_RECSHARD_MANIFESTS_ROOT": str(data / "manifests"),
-           "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-           "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    conf.write_text(
+        yaml.safe_dump(
+            {
+                **defaults,
+                "retries": 0,
+                "time_limit": 30,
+                "logs_wait_hours": 1,
+                "logs_root": str(data / "logs"),
+                "stats_root": "/nowhere",
+            }
+        )
+    )
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "airflow_dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "RECSHARD_AIRFLOW_CONF": str(conf),
+        # a Variable overrides the file's setting
+        "AIRFLOW_VAR_RECSHARD_STATS_ROOT": str(data / "stats"),
+        "AIRFLOW_VAR_RECSHARD_MANIFESTS_ROOT": str(data / "manifests"),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}",
+    }
     subprocess.run([str(AIRFLOW), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
     return env, data
 
 
 def test_dagbag_imports_with_expected_graph(airflow_env):
     env, _ = airflow_env
-    script = ("import json; from airflow.dag_processing.dagbag import DagBag; "
-              f"b = DagBag(dag_folder={str(ROOT / 'airflow_dags')!r}); d = b.get_dag('recshard_daily'); "
-              "print(json.dumps({'errors': {k: str(v) for k, v in b.import_errors.items()}, "
-              "'edges': {t.task_id: sorted(t.downstream_task_ids) for t in d.tasks}, "
-              "'retries': d.default_args['retries']}))")
-    out = subprocess.run([str(AIRFLOW_PY), "-c", script], env=env, check=True, capture_output=True, text=True,
-                         timeout=120)
+    script = (
+        "import json; from airflow.dag_processing.dagbag import DagBag; "
+        f"b = DagBag(dag_folder={str(ROOT / 'airflow_dags')!r}); d = b.get_dag('recshard_daily'); "
+        "print(json.dumps({'errors': {k: str(v) for k, v in b.import_errors.items()}, "
+        "'edges': {t.task_id: sorted(t.downstream_task_ids) for t in d.tasks}, "
+        "'retries': d.default_args['retries']}))"
+    )
+    out = subprocess.run(
+        [str(AIRFLOW_PY), "-c", script], env=env, check=True, capture_output=True, text=True, timeout=120
+    )
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["errors"] == {}
-    assert result["edges"] == {"wait_for_logs": ["profile"], "profile": ["solve"], "solve": ["remap"],
-                               "remap": ["validate"], "validate": ["publish"], "publish": []}
+    assert result["edges"] == {
+        "wait_for_logs": ["profile"],
+        "profile": ["solve"],
+        "solve": ["remap"],
+        "remap": ["validate"],
+        "validate": ["publish"],
+        "publish": [],
+    }
     assert result["retries"] == 0
 
 
 def test_dags_test_publishes_a_validated_manifest(airflow_env):
     env, data = airflow_env
     generate(ROOT / "conf" / "synthetic.yaml", data / "logs" / "ds=2026-12-01", 30_000, seed=3, processes=1)
-    run = subprocess.run([str(AIRFLOW), "dags", "test", "recshard_daily", "2026-12-01"], env=env,
-                         capture_output=True, text=True, timeout=900)
+    run = subprocess.run(
+        [str(AIRFLOW), "dags", "test", "recshard_daily", "2026-12-01"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     for task in ("wait_for_logs", "profile", "solve", "remap", "validate", "publish"):
         assert f"end task task_id={task}" in run.stdout + run.stderr
     manifest = load_latest(data / "manifests", model=ROOT / "conf" / "synthetic.yaml")
     assert manifest.path == (data / "manifests" / "ds=2026-12-01" / "manifest.json").resolve()
     assert manifest.manifest.ds == "2026-12-01"
-    assert json.loads((data / "stats" / "ds=2026-12-01" / "metadata.json").read_text())["num_samples"] == 30_000
+    assert (
+        json.loads((data / "stats" / "ds=2026-12-01" / "metadata.json").read_text())["num_samples"] == 30_000
+    )
     assert all(t.remap is not None for t in manifest.manifest.tables)
     # idempotent: a re-run of the day replaces its outputs and publishes again
     first = (data / "manifests" / "latest.json").read_text()
-    rerun = subprocess.run([str(AIRFLOW), "dags", "test", "recshard_daily", "2026-12-01"], env=env,
-                           capture_output=True, text=True, timeout=900)
+    rerun = subprocess.run(
+        [str(AIRFLOW), "dags", "test", "recshard_daily", "2026-12-01"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert rerun.returncode == 0, rerun.stdout[-3000:]
-    assert json.loads((data / "manifests" / "latest.json").read_text())["sha256"] != json.loads(first)["sha256"]
+    assert (
+        json.loads((data / "manifests" / "latest.json").read_text())["sha256"] != json.loads(first)["sha256"]
+    )
     load_latest(data / "manifests")
     assert sorted(p.name for p in (data / "manifests").iterdir()) == ["ds=2026-12-01", "latest.json"]
 
@@ -83,7 +123,7 @@ def test_a_runs_conf_beats_a_variable_which_beats_the_file(airflow_env):
     script = """
 import json, types
 from airflow.dag_processing.dagbag import DagBag
-dag = DagBag(dag_folder=%r).get_dag("recshard_daily")
+dag = DagBag(dag_folder=DAG_FOLDER).get_dag("recshard_daily")
 task = dag.get_task("solve")
 params = {k: p.value for k, p in dag.params.items()}
 out = {}
@@ -93,11 +133,12 @@ for name, conf, variables in (("file", {}, {}), ("variable", {}, {"recshard_solv
                "ds": "2026-12-01", "ti": types.SimpleNamespace(xcom_pull=lambda task_ids: "")}
     out[name] = task.render_template(task.bash_command, context, jinja_env=dag.get_template_env())
 print(json.dumps(out))
-""" % str(ROOT / "airflow_dags")
-    out = subprocess.run([str(AIRFLOW_PY), "-c", script], env=env, check=True, capture_output=True, text=True,
-                         timeout=120)
+""".replace("DAG_FOLDER", repr(str(ROOT / "airflow_dags")))
+    out = subprocess.run(
+        [str(AIRFLOW_PY), "-c", script], env=env, check=True, capture_output=True, text=True, timeout=120
+    )
     rendered = json.loads(out.stdout.strip().splitlines()[-1])
-    assert "--solver cbc " in rendered["file"]          # the file's (test copy's) default
+    assert "--solver cbc " in rendered["file"]  # the file's (test copy's) default
     assert "--solver glpk " in rendered["variable"]
     assert "--solver highs " in rendered["run"]
     assert "--ds 2026-12-01 " in rendered["run"] and "--time-limit 30" in rendered["run"]

@@ -45,29 +45,54 @@ def _synthetic(model: CostModel, rng) -> list[Measurement]:
     """Timings made from known terms (2% noise), over a grid shaped like the real one."""
     out = []
     for tier in ("hbm", "host"):
-        for dim, span, batch, pf, skew in np.array(np.meshgrid([16, 64, 256], [2 ** 26, 2 ** 29, 2 ** 31, 2 ** 33],
-                                                               [2048, 16384, 65536], [1, 10], [1.0, 0.4])).reshape(5, -1).T:
+        for dim, span, batch, pf, skew in (
+            np.array(
+                np.meshgrid(
+                    [16, 64, 256], [2**26, 2**29, 2**31, 2**33], [2048, 16384, 65536], [1, 10], [1.0, 0.4]
+                )
+            )
+            .reshape(5, -1)
+            .T
+        ):
             lookups = int(batch * pf)
             distinct = int(lookups * skew)
             rb = int(dim * 4)
             times = []
             for terms in (getattr(model.forward, tier), getattr(model.backward, tier)):
                 ramp = model.span_ramp(span) if tier == "host" else 0.0
-                times.append(terms.fixed_s + lookups * terms.per_lookup(rb) + distinct * terms.per_distinct(rb, ramp))
+                times.append(
+                    terms.fixed_s + lookups * terms.per_lookup(rb) + distinct * terms.per_distinct(rb, ramp)
+                )
             noise = rng.normal(1, 0.02, 2)
-            out.append(Measurement(tier, lookups, distinct, rb, int(span), times[0] * noise[0],
-                                   (times[0] + times[1]) * noise[1]))
+            out.append(
+                Measurement(
+                    tier,
+                    lookups,
+                    distinct,
+                    rb,
+                    int(span),
+                    times[0] * noise[0],
+                    (times[0] + times[1]) * noise[1],
+                )
+            )
     return out
 
 
 def test_the_fit_recovers_known_terms_from_synthetic_timings():
     truth = CostModel(
-        PassTerms(TierTerms(fixed_s=10e-6, byte_s=0.5e-12), TierTerms(fixed_s=5e-6, byte_s=10e-12, span_distinct_s=20e-9)),
-        PassTerms(TierTerms(fixed_s=60e-6, lookup_s=0.8e-9, distinct_s=0.6e-9),
-                  TierTerms(fixed_s=40e-6, lookup_s=0.7e-9, distinct_byte_s=40e-12)),
-        span_low_bytes=2 ** 28, span_high_bytes=2 ** 33)
+        PassTerms(
+            TierTerms(fixed_s=10e-6, byte_s=0.5e-12),
+            TierTerms(fixed_s=5e-6, byte_s=10e-12, span_distinct_s=20e-9),
+        ),
+        PassTerms(
+            TierTerms(fixed_s=60e-6, lookup_s=0.8e-9, distinct_s=0.6e-9),
+            TierTerms(fixed_s=40e-6, lookup_s=0.7e-9, distinct_byte_s=40e-12),
+        ),
+        span_low_bytes=2**28,
+        span_high_bytes=2**33,
+    )
     result = fit(_synthetic(truth, np.random.default_rng(0)))
-    assert result.model.span_low_bytes == 2 ** 28 and result.model.span_high_bytes == 2 ** 33
+    assert result.model.span_low_bytes == 2**28 and result.model.span_high_bytes == 2**33
     for name in ("hbm", "host"):
         got, want = getattr(result.model, name), getattr(truth, name)  # forward + backward
         for term in ("fixed_s", "byte_s", "span_distinct_s", "lookup_s", "distinct_byte_s"):
@@ -92,15 +117,31 @@ def test_the_shared_h200_grid_fits_each_tier_with_r2_above_09():
 
 
 def _cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "recshard_stats.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "recshard_stats.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=600,
+    )
 
 
 def test_calibrate_runs_end_to_end_on_cpu_and_a_hardware_config_reads_its_file(tmp_path):
     out = tmp_path / "calibration" / "cpu.yaml"
     out.parent.mkdir()
-    done = _cli("calibrate", "--device", "cpu", "--budget-s", "60", "--reps", "3", "--out", str(out),
-                "--measurements", str(tmp_path / "m.jsonl"))
+    done = _cli(
+        "calibrate",
+        "--device",
+        "cpu",
+        "--budget-s",
+        "60",
+        "--reps",
+        "3",
+        "--out",
+        str(out),
+        "--measurements",
+        str(tmp_path / "m.jsonl"),
+    )
     assert done.returncode == 0, done.stderr
     assert "step      host" in done.stdout and "R^2" in done.stdout
     document = yaml.safe_load(out.read_text())
@@ -112,7 +153,9 @@ def test_calibrate_runs_end_to_end_on_cpu_and_a_hardware_config_reads_its_file(t
     hardware.write_text("num_gpus: 2\nhbm_per_gpu_gib: 1\nhost_gib: 8\ncalibration: calibration/cpu.yaml\n")
     hw = load_hardware_config(hardware)
     assert hw.cost_model is not None and hw.costs.hbm.fixed_s == pytest.approx(
-        document["forward"]["hbm"]["fixed_us"] * 1e-6 + document["backward"]["hbm"]["fixed_us"] * 1e-6, rel=1e-5)
+        document["forward"]["hbm"]["fixed_us"] * 1e-6 + document["backward"]["hbm"]["fixed_us"] * 1e-6,
+        rel=1e-5,
+    )
 
 
 def test_calibrate_runs_fbgemms_tbe_on_cpu(tmp_path):
@@ -122,7 +165,19 @@ def test_calibrate_runs_fbgemms_tbe_on_cpu(tmp_path):
     if not tbe_available("cpu"):
         pytest.skip("fbgemm_gpu is not installed (scripts/setup.sh installs its CPU build)")
     out = tmp_path / "tbe.yaml"
-    done = _cli("calibrate", "--device", "cpu", "--kernel", "tbe", "--budget-s", "60", "--reps", "2", "--out", str(out))
+    done = _cli(
+        "calibrate",
+        "--device",
+        "cpu",
+        "--kernel",
+        "tbe",
+        "--budget-s",
+        "60",
+        "--reps",
+        "2",
+        "--out",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr
     document = yaml.safe_load(out.read_text())
     assert document["kernel"].startswith("FBGEMM") and document["fit"]["step"]["hbm"]["configurations"] == 48
@@ -140,7 +195,9 @@ def test_calibrate_without_a_gpu_says_so_and_exits_2(tmp_path):
 def test_a_bad_calibration_file_is_a_clear_config_error(tmp_path):
     from recshard_stats.errors import RecShardError
 
-    (tmp_path / "cal.yaml").write_text("kind: recshard_calibration\nforward: {hbm: {lookup_ns: -1}, host: {}}\n")
+    (tmp_path / "cal.yaml").write_text(
+        "kind: recshard_calibration\nforward: {hbm: {lookup_ns: -1}, host: {}}\n"
+    )
     hardware = tmp_path / "hw.yaml"
     hardware.write_text("num_gpus: 2\nhbm_per_gpu_gib: 1\nhost_gib: 8\ncalibration: cal.yaml\n")
     with pytest.raises(RecShardError, match=r"forward.hbm.lookup_ns must be a finite number >= 0, got -1"):

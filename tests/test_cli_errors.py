@@ -6,19 +6,25 @@ import copy
 import pathlib
 import subprocess
 import sys
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from recshard_stats import cli
-from helpers import assert_one_line_error, run_profile, write_yaml
+from tests.helpers import assert_one_line_error, run_profile, write_yaml
 
 RECSHARD = pathlib.Path(sys.executable).parent / "recshard"
-MODEL = {"name": "c", "input": {"format": "criteo_tsv"},
-         "features": [{"name": "C1", "type": "hex"}, {"name": "C2", "type": "hex"}],
-         "tables": [{"name": "t1", "features": ["C1"], "hash_size": 100, "dim": 8},
-                    {"name": "t2", "features": ["C2"], "hash_size": 100, "dim": 8}]}
+MODEL: dict[str, Any] = {
+    "name": "c",
+    "input": {"format": "criteo_tsv"},
+    "features": [{"name": "C1", "type": "hex"}, {"name": "C2", "type": "hex"}],
+    "tables": [
+        {"name": "t1", "features": ["C1"], "hash_size": 100, "dim": 8},
+        {"name": "t2", "features": ["C2"], "hash_size": 100, "dim": 8},
+    ],
+}
 HARDWARE = {"num_gpus": 2, "hbm_per_gpu_gib": 1, "hbm_reserved_fraction": 0.1, "host_gib": 4}
 
 
@@ -38,39 +44,87 @@ def changed(base: dict, path: tuple, value) -> dict:
 @pytest.fixture(scope="module")
 def stats(spark, tmp_path_factory):
     root = tmp_path_factory.mktemp("cli")
-    (root / "day.tsv").write_text("\n".join(tsv_line(c1=f"{i % 7:x}", c2=f"{i % 13:x}") for i in range(50)) + "\n")
+    (root / "day.tsv").write_text(
+        "\n".join(tsv_line(c1=f"{i % 7:x}", c2=f"{i % 13:x}") for i in range(50)) + "\n"
+    )
     return run_profile(write_yaml(root / "model.yaml", MODEL), root / "day.tsv", root / "stats")
 
 
 CONFIG_ERRORS = {
-    "unknown feature": (changed(MODEL, ("tables", 1, "features"), ["C9"]), HARDWARE,
-                        "table 't2': unknown feature 'C9'"),
-    "unknown table": (changed(MODEL, ("tables",), MODEL["tables"] + [
-        {"name": "t3", "features": ["C3"], "hash_size": 10, "dim": 8}]) | {
-        "features": MODEL["features"] + [{"name": "C3", "type": "hex"}]}, HARDWARE, "have no table 't3'"),
-    "hash_size zero": (changed(MODEL, ("tables", 0, "hash_size"), 0), HARDWARE,
-                       "hash_size must be a positive integer, got 0"),
-    "dim negative": (changed(MODEL, ("tables", 1, "dim"), -4), HARDWARE, "dim must be a positive integer, got -4"),
-    "HBM below reserve": (MODEL, {k: v for k, v in HARDWARE.items() if k != "hbm_reserved_fraction"} | {
-        "hbm_reserved_gib": 2}, "HBM per GPU (1 GiB) is not larger than the reserve kept for activations (2 GiB)"),
-    "reserve fraction": (MODEL, HARDWARE | {"hbm_reserved_fraction": 1.0},
-                         "hbm_reserved_fraction must be in [0, 1), got 1.0"),
-    "misspelt table key": (changed(MODEL, ("tables", 0, "hash_fn"), "xxhash64"), HARDWARE,
-                           "table 't1': unknown key 'hash_fn'; did you mean 'hash'?"),
-    "misspelt top-level key": ({("inputs" if k == "input" else k): v for k, v in MODEL.items()}, HARDWARE,
-                               "unknown key 'inputs'; did you mean 'input'?"),
-    "misspelt hardware key": (MODEL, HARDWARE | {"batch_sise": 128}, "unknown key 'batch_sise'; did you mean "
-                                                                      "'batch_size'?"),
-    "hash_size too large": (changed(MODEL, ("tables", 0, "hash_size"), 2 ** 63), HARDWARE,
-                            "hash_size 9223372036854775808 is above the largest supported"),
+    "unknown feature": (
+        changed(MODEL, ("tables", 1, "features"), ["C9"]),
+        HARDWARE,
+        "table 't2': unknown feature 'C9'",
+    ),
+    "unknown table": (
+        changed(
+            MODEL,
+            ("tables",),
+            MODEL["tables"] + [{"name": "t3", "features": ["C3"], "hash_size": 10, "dim": 8}],
+        )
+        | {"features": MODEL["features"] + [{"name": "C3", "type": "hex"}]},
+        HARDWARE,
+        "have no table 't3'",
+    ),
+    "hash_size zero": (
+        changed(MODEL, ("tables", 0, "hash_size"), 0),
+        HARDWARE,
+        "hash_size must be a positive integer, got 0",
+    ),
+    "dim negative": (
+        changed(MODEL, ("tables", 1, "dim"), -4),
+        HARDWARE,
+        "dim must be a positive integer, got -4",
+    ),
+    "HBM below reserve": (
+        MODEL,
+        {k: v for k, v in HARDWARE.items() if k != "hbm_reserved_fraction"} | {"hbm_reserved_gib": 2},
+        "HBM per GPU (1 GiB) is not larger than the reserve kept for activations (2 GiB)",
+    ),
+    "reserve fraction": (
+        MODEL,
+        HARDWARE | {"hbm_reserved_fraction": 1.0},
+        "hbm_reserved_fraction must be in [0, 1), got 1.0",
+    ),
+    "misspelt table key": (
+        changed(MODEL, ("tables", 0, "hash_fn"), "xxhash64"),
+        HARDWARE,
+        "table 't1': unknown key 'hash_fn'; did you mean 'hash'?",
+    ),
+    "misspelt top-level key": (
+        {("inputs" if k == "input" else k): v for k, v in MODEL.items()},
+        HARDWARE,
+        "unknown key 'inputs'; did you mean 'input'?",
+    ),
+    "misspelt hardware key": (
+        MODEL,
+        HARDWARE | {"batch_sise": 128},
+        "unknown key 'batch_sise'; did you mean 'batch_size'?",
+    ),
+    "hash_size too large": (
+        changed(MODEL, ("tables", 0, "hash_size"), 2**63),
+        HARDWARE,
+        "hash_size 9223372036854775808 is above the largest supported",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", CONFIG_ERRORS)
 def test_config_errors_from_the_cli(case, stats, tmp_path, capsys):
     model, hardware, expected = CONFIG_ERRORS[case]
-    rc = cli.main(["solve", "--stats", str(stats), "--model", str(write_yaml(tmp_path / "m.yaml", model)),
-                   "--hardware", str(write_yaml(tmp_path / "hw.yaml", hardware)), "--out", str(tmp_path / "manifests")])
+    rc = cli.main(
+        [
+            "solve",
+            "--stats",
+            str(stats),
+            "--model",
+            str(write_yaml(tmp_path / "m.yaml", model)),
+            "--hardware",
+            str(write_yaml(tmp_path / "hw.yaml", hardware)),
+            "--out",
+            str(tmp_path / "manifests"),
+        ]
+    )
     assert_one_line_error(rc, capsys.readouterr().err, expected)
     assert not (tmp_path / "manifests").exists()
 
@@ -86,18 +140,47 @@ SOLVER_OPTION_ERRORS = {
 @pytest.mark.parametrize("case", SOLVER_OPTION_ERRORS)
 def test_solver_options_are_range_checked(case, stats, tmp_path, capsys):
     extra, expected = SOLVER_OPTION_ERRORS[case]
-    rc = cli.main(["solve", "--stats", str(stats), "--model", str(write_yaml(tmp_path / "m.yaml", MODEL)),
-                   "--hardware", str(write_yaml(tmp_path / "hw.yaml", HARDWARE)), "--out", str(tmp_path / "m"),
-                   *extra])
+    rc = cli.main(
+        [
+            "solve",
+            "--stats",
+            str(stats),
+            "--model",
+            str(write_yaml(tmp_path / "m.yaml", MODEL)),
+            "--hardware",
+            str(write_yaml(tmp_path / "hw.yaml", HARDWARE)),
+            "--out",
+            str(tmp_path / "m"),
+            *extra,
+        ]
+    )
     assert_one_line_error(rc, capsys.readouterr().err, expected)
-    assert not (tmp_path / "m").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["hw.yaml", "m.yaml"]
+    assert not (tmp_path / "m").exists() and sorted(p.name for p in tmp_path.iterdir()) == [
+        "hw.yaml",
+        "m.yaml",
+    ]
 
 
 def test_config_error_stops_the_profile_before_spark_starts(tmp_path):
     model = write_yaml(tmp_path / "m.yaml", changed(MODEL, ("tables", 0, "hash_size"), -1))
-    proc = subprocess.run([str(RECSHARD), "profile", "--model", str(model), "--input", str(tmp_path),
-                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
-    assert_one_line_error(proc.returncode, proc.stderr, "table 't1': hash_size must be a positive integer, got -1")
+    proc = subprocess.run(
+        [
+            str(RECSHARD),
+            "profile",
+            "--model",
+            str(model),
+            "--input",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert_one_line_error(
+        proc.returncode, proc.stderr, "table 't1': hash_size must be a positive integer, got -1"
+    )
     assert "Spark" not in proc.stderr
 
 
@@ -106,15 +189,25 @@ def corrupt_parquet(root: pathlib.Path) -> tuple[dict, pathlib.Path]:
     logs.mkdir()
     pq.write_table(pa.table({"a": pa.array(range(100), pa.int64())}), logs / "part-0.parquet")
     (logs / "part-1.parquet").write_bytes(b"PAR1 this is not parquet PAR1")
-    return ({"features": [{"name": "a", "type": "int64"}],
-             "tables": [{"name": "t", "features": ["a"], "hash_size": 10, "dim": 4}]}, logs)
+    return (
+        {
+            "features": [{"name": "a", "type": "int64"}],
+            "tables": [{"name": "t", "features": ["a"], "hash_size": 10, "dim": 4}],
+        },
+        logs,
+    )
 
 
 def wrong_type_parquet(root: pathlib.Path) -> tuple[dict, pathlib.Path]:
     (root / "logs").mkdir()
     pq.write_table(pa.table({"a": pa.array(["x", "y"])}), root / "logs" / "p.parquet")
-    return ({"features": [{"name": "a", "type": "int64"}],
-             "tables": [{"name": "t", "features": ["a"], "hash_size": 10, "dim": 4}]}, root / "logs")
+    return (
+        {
+            "features": [{"name": "a", "type": "int64"}],
+            "tables": [{"name": "t", "features": ["a"], "hash_size": 10, "dim": 4}],
+        },
+        root / "logs",
+    )
 
 
 def empty_day(root: pathlib.Path) -> tuple[dict, pathlib.Path]:
@@ -131,32 +224,68 @@ def rejected_rows(root: pathlib.Path) -> tuple[dict, pathlib.Path]:
 
 def all_null_parquet(root: pathlib.Path) -> tuple[dict, pathlib.Path]:
     (root / "logs").mkdir()
-    pq.write_table(pa.table({"a": pa.array([None] * 20, pa.int64()), "b": pa.array([None] * 20, pa.string())}),
-                   root / "logs" / "p.parquet")
-    return ({"features": [{"name": "a", "type": "int64"}, {"name": "b", "type": "string"}],
-             "tables": [{"name": "t", "features": ["a"], "hash_size": 10, "dim": 4},
-                        {"name": "u", "features": ["b"], "hash_size": 10, "dim": 4, "hash": "xxhash64"}]}, root / "logs")
+    pq.write_table(
+        pa.table({"a": pa.array([None] * 20, pa.int64()), "b": pa.array([None] * 20, pa.string())}),
+        root / "logs" / "p.parquet",
+    )
+    return (
+        {
+            "features": [{"name": "a", "type": "int64"}, {"name": "b", "type": "string"}],
+            "tables": [
+                {"name": "t", "features": ["a"], "hash_size": 10, "dim": 4},
+                {"name": "u", "features": ["b"], "hash_size": 10, "dim": 4, "hash": "xxhash64"},
+            ],
+        },
+        root / "logs",
+    )
 
 
 def null_array_ids(root: pathlib.Path) -> tuple[dict, pathlib.Path]:
     (root / "logs").mkdir()
-    pq.write_table(pa.table({"a": pa.array(range(20), pa.int64()),
-                             "h": pa.array([[None, None]] * 18 + [[1, 2]] * 2, pa.list_(pa.int64()))}),
-                   root / "logs" / "p.parquet")
-    return ({"features": [{"name": "a", "type": "int64"}, {"name": "h", "type": "array<int64>"}],
-             "tables": [{"name": "t", "features": ["a"], "hash_size": 10, "dim": 4},
-                        {"name": "u", "features": ["h"], "hash_size": 10, "dim": 4}]}, root / "logs")
+    pq.write_table(
+        pa.table(
+            {
+                "a": pa.array(range(20), pa.int64()),
+                "h": pa.array([[None, None]] * 18 + [[1, 2]] * 2, pa.list_(pa.int64())),
+            }
+        ),
+        root / "logs" / "p.parquet",
+    )
+    return (
+        {
+            "features": [{"name": "a", "type": "int64"}, {"name": "h", "type": "array<int64>"}],
+            "tables": [
+                {"name": "t", "features": ["a"], "hash_size": 10, "dim": 4},
+                {"name": "u", "features": ["h"], "hash_size": 10, "dim": 4},
+            ],
+        },
+        root / "logs",
+    )
 
 
 INPUT_ERRORS = {
-    "all-null parquet": (all_null_parquet, "[input_missing]", "none of the 20 samples has an id in any of the 2 "
-                                                             "features (every value is null or empty)"),
-    "null array ids": (null_array_ids, "[too_many_rejects]", "36 of the 40 ids in column 'h' are null (90.00%)"),
+    "all-null parquet": (
+        all_null_parquet,
+        "[input_missing]",
+        "none of the 20 samples has an id in any of the 2 features (every value is null or empty)",
+    ),
+    "null array ids": (
+        null_array_ids,
+        "[too_many_rejects]",
+        "36 of the 40 ids in column 'h' are null (90.00%)",
+    ),
     "corrupt parquet": (corrupt_parquet, "[input_corrupt] cannot read input file", "part-1.parquet"),
-    "wrong column type": (wrong_type_parquet, "[schema_mismatch]", "column 'a' has type string, model config "
-                                                                   "says int64"),
+    "wrong column type": (
+        wrong_type_parquet,
+        "[schema_mismatch]",
+        "column 'a' has type string, model config says int64",
+    ),
     "empty day": (empty_day, "[input_missing]", "hold no data files"),
-    "too many rejects": (rejected_rows, "[too_many_rejects]", "3 rejected values in column 'C1' out of 10 rows (30.00%)"),
+    "too many rejects": (
+        rejected_rows,
+        "[too_many_rejects]",
+        "3 rejected values in column 'C1' out of 10 rows (30.00%)",
+    ),
 }
 
 
@@ -164,8 +293,19 @@ INPUT_ERRORS = {
 def test_input_errors_from_the_cli(case, spark, tmp_path, capsys):
     make, reason, detail = INPUT_ERRORS[case]
     model, inputs = make(tmp_path)
-    rc = cli.main(["profile", "--model", str(write_yaml(tmp_path / "m.yaml", model)), "--input", str(inputs),
-                   "--out", str(tmp_path / "stats"), "--ds", "2026-12-01"])
+    rc = cli.main(
+        [
+            "profile",
+            "--model",
+            str(write_yaml(tmp_path / "m.yaml", model)),
+            "--input",
+            str(inputs),
+            "--out",
+            str(tmp_path / "stats"),
+            "--ds",
+            "2026-12-01",
+        ]
+    )
     stderr = capsys.readouterr().err
     assert_one_line_error(rc, stderr, reason)
     assert detail in stderr
@@ -178,15 +318,35 @@ def test_a_run_key_that_is_not_a_date_touches_nothing(ds, tmp_path, capsys):
     victim.mkdir()
     (victim / "keep.txt").write_text("mine")
     out = tmp_path / "a" / "b" / "stats"
-    rc = cli.main(["profile", "--model", str(write_yaml(tmp_path / "m.yaml", MODEL)), "--input", str(tmp_path),
-                   "--out", str(out), "--ds", ds])
+    rc = cli.main(
+        [
+            "profile",
+            "--model",
+            str(write_yaml(tmp_path / "m.yaml", MODEL)),
+            "--input",
+            str(tmp_path),
+            "--out",
+            str(out),
+            "--ds",
+            ds,
+        ]
+    )
     assert_one_line_error(rc, capsys.readouterr().err, f"ds {ds!r} is not a date of the form YYYY-MM-DD")
     assert (victim / "keep.txt").read_text() == "mine" and not (tmp_path / "a").exists()
 
 
 def _profile_args(tmp_path, model: dict, inputs, out) -> list[str]:
-    return ["profile", "--model", str(write_yaml(tmp_path / "m.yaml", model)), "--input", str(inputs),
-            "--out", str(out), "--ds", "2026-12-01"]
+    return [
+        "profile",
+        "--model",
+        str(write_yaml(tmp_path / "m.yaml", model)),
+        "--input",
+        str(inputs),
+        "--out",
+        str(out),
+        "--ds",
+        "2026-12-01",
+    ]
 
 
 @pytest.mark.parametrize("kind", ["file", "below a file"])
@@ -204,15 +364,25 @@ def test_an_out_that_cannot_be_written_fails_before_spark_reads_anything(kind, s
 
 
 def test_generate_refuses_to_replace_a_file(tmp_path, capsys):
-    from helpers import SPEC
+    from tests.helpers import SPEC
 
     (tmp_path / "logs").write_text("keep me")
-    rc = cli.main(["generate", "--spec", str(write_yaml(tmp_path / "spec.yaml", SPEC)), "--samples", "10",
-                   "--out", str(tmp_path / "logs")])
+    rc = cli.main(
+        [
+            "generate",
+            "--spec",
+            str(write_yaml(tmp_path / "spec.yaml", SPEC)),
+            "--samples",
+            "10",
+            "--out",
+            str(tmp_path / "logs"),
+        ]
+    )
     assert_one_line_error(rc, capsys.readouterr().err, "[output_invalid] --out")
     assert (tmp_path / "logs").read_text() == "keep me"
 
 
+@pytest.mark.slow
 def test_empty_files_and_notes_beside_the_logs_are_left_out_by_name(spark, tmp_path):
     """A zero-byte file and a README in the log directory: left out, named in the metadata, and
     the statistics are those of the logs alone."""
@@ -253,21 +423,39 @@ def test_a_killed_runs_temporary_directory_is_removed_by_the_next_run(spark, tmp
     for d in (old, other_day):
         os.utime(d, (week_ago, week_ago))
     run_profile(model, tmp_path / "day.tsv", out)
-    assert not old.exists()              # this day's, killed long ago
-    assert young.exists()                # may be a concurrent run's
-    assert other_day.exists()            # another day's run cleans its own
+    assert not old.exists()  # this day's, killed long ago
+    assert young.exists()  # may be a concurrent run's
+    assert other_day.exists()  # another day's run cleans its own
     assert (out / "ds=2026-12-01" / "_SUCCESS").exists()
 
 
+@pytest.mark.slow
 def test_a_corrupt_file_is_one_line_without_javas_stack_trace(tmp_path):
     """Through the console script, Spark started by it: Spark's log goes to a file, the console
     has recshard's line."""
     model, logs = corrupt_parquet(tmp_path)
     spark_log = tmp_path / "spark.log"
-    proc = subprocess.run([str(RECSHARD), "profile", "--model", str(write_yaml(tmp_path / "m.yaml", model)),
-                           "--input", str(logs), "--out", str(tmp_path / "stats"), "--ds", "2026-12-01",
-                           "--master", "local[1]", "--spark-log", str(spark_log)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            str(RECSHARD),
+            "profile",
+            "--model",
+            str(write_yaml(tmp_path / "m.yaml", model)),
+            "--input",
+            str(logs),
+            "--out",
+            str(tmp_path / "stats"),
+            "--ds",
+            "2026-12-01",
+            "--master",
+            "local[1]",
+            "--spark-log",
+            str(spark_log),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert_one_line_error(proc.returncode, proc.stderr, "[input_corrupt] cannot read input file")
     assert not [line for line in proc.stderr.splitlines() if line.lstrip().startswith("at ")], proc.stderr
     assert len(proc.stderr.splitlines()) < 25, proc.stderr

@@ -3,6 +3,7 @@ from the pyspark package's own spark-class), with the package shipped as --py-fi
 statistics equal local mode's, also when a worker is killed mid-job. Every process started
 here is stopped, whatever happens."""
 
+import contextlib
 import json
 import os
 import signal
@@ -18,8 +19,8 @@ import pytest
 
 from recshard_stats.generate import generate
 from recshard_stats.schemas import SMALL_TABLES
-from helpers import SPEC, run_profile, write_yaml
 from tests.conftest import ROOT
+from tests.helpers import SPEC, run_profile, write_yaml
 
 pytestmark = pytest.mark.slow  # a standalone Spark cluster: minutes
 
@@ -55,36 +56,64 @@ class Cluster:
         self.tmp = tmp
         self.port, self.ui = free_port(), free_port()
         self.procs: list[subprocess.Popen] = []
-        self.env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(tmp),
-                    "SPARK_WORKER_DIR": str(tmp / "work"), "PYSPARK_PYTHON": sys.executable}
+        self.env = {
+            **os.environ,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_LOG_DIR": str(tmp),
+            "SPARK_WORKER_DIR": str(tmp / "work"),
+            "PYSPARK_PYTHON": sys.executable,
+        }
 
     def _start(self, name, *args):
-        log = open(self.tmp / f"{name}.log", "w")
+        log = open(self.tmp / f"{name}.log", "w")  # noqa: SIM115 (open for the process's lifetime)
         # own session: killing the group takes the worker's executor JVMs with it
-        proc = subprocess.Popen([str(BIN / "spark-class"), *args], env=self.env, stdout=log, stderr=log,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [str(BIN / "spark-class"), *args], env=self.env, stdout=log, stderr=log, start_new_session=True
+        )
         self.procs.append(proc)
         return proc
 
     def start(self):
-        self._start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                    "--port", str(self.port), "--webui-port", str(self.ui))
+        self._start(
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--webui-port",
+            str(self.ui),
+        )
         wait_for(lambda: cluster_state(self.ui), 60, "master UI")
-        self.workers = [self._start(f"worker{i}", "org.apache.spark.deploy.worker.Worker", self.url,
-                                    "--host", "127.0.0.1", "--cores", "1", "--memory", "1g",
-                                    "--webui-port", str(free_port())) for i in range(2)]
-        wait_for(lambda: len([w for w in cluster_state(self.ui).get("workers", []) if w["state"] == "ALIVE"]) == 2,
-                 90, "two workers")
+        self.workers = [
+            self._start(
+                f"worker{i}",
+                "org.apache.spark.deploy.worker.Worker",
+                self.url,
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                "1",
+                "--memory",
+                "1g",
+                "--webui-port",
+                str(free_port()),
+            )
+            for i in range(2)
+        ]
+        wait_for(
+            lambda: len([w for w in cluster_state(self.ui).get("workers", []) if w["state"] == "ALIVE"]) == 2,
+            90,
+            "two workers",
+        )
 
     @property
     def url(self):
         return f"spark://127.0.0.1:{self.port}"
 
     def kill(self, proc):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         proc.wait(timeout=30)
 
     def stop(self):
@@ -114,14 +143,40 @@ def logs_and_local(spark, tmp_path_factory):
 
 
 def submit(cluster, spec, logs, out, wait=True):
-    cmd = [str(BIN / "spark-submit"), "--master", cluster.url, "--py-files", str(ROOT / "dist" / "recshard_stats.zip"),
-           "--conf", "spark.executor.memory=768m", "--conf", "spark.sql.shuffle.partitions=8",
-           "--conf", "spark.task.maxFailures=8", "--conf", "spark.ui.enabled=false",
-           str(ROOT / "jobs" / "profile_job.py"), "--model", str(spec), "--input", str(logs), "--out", str(out),
-           "--ds", "2026-12-01", "--row-counts"]
-    proc = subprocess.Popen(cmd, env={**cluster.env, "PYSPARK_DRIVER_PYTHON": sys.executable}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            cwd=str(cluster.tmp))
-    return proc.communicate(timeout=600) + (proc.returncode,) if wait else proc
+    cmd = [
+        str(BIN / "spark-submit"),
+        "--master",
+        cluster.url,
+        "--py-files",
+        str(ROOT / "dist" / "recshard_stats.zip"),
+        "--conf",
+        "spark.executor.memory=768m",
+        "--conf",
+        "spark.sql.shuffle.partitions=8",
+        "--conf",
+        "spark.task.maxFailures=8",
+        "--conf",
+        "spark.ui.enabled=false",
+        str(ROOT / "jobs" / "profile_job.py"),
+        "--model",
+        str(spec),
+        "--input",
+        str(logs),
+        "--out",
+        str(out),
+        "--ds",
+        "2026-12-01",
+        "--row-counts",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        env={**cluster.env, "PYSPARK_DRIVER_PYTHON": sys.executable},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=str(cluster.tmp),
+    )
+    return (*proc.communicate(timeout=600), proc.returncode) if wait else proc
 
 
 def same_statistics(a, b):
@@ -130,8 +185,14 @@ def same_statistics(a, b):
         left, right = (df.sort_values(list(df.columns)).reset_index(drop=True) for df in (left, right))
         assert len(left) > 0 or name == "rejects"
         assert left.equals(right), name
-    rows = [pq.read_table(p / "row_counts").to_pandas().astype({"table": str}).sort_values(["table", "row"])
-            .reset_index(drop=True) for p in (a, b)]
+    rows = [
+        pq.read_table(p / "row_counts")
+        .to_pandas()
+        .astype({"table": str})
+        .sort_values(["table", "row"])
+        .reset_index(drop=True)
+        for p in (a, b)
+    ]
     assert rows[0].equals(rows[1])
     meta = [json.loads((p / "metadata.json").read_text()) for p in (a, b)]
     assert meta[0]["num_samples"] == meta[1]["num_samples"] == 400_000

@@ -6,6 +6,9 @@ import dataclasses
 import json
 import pathlib
 import re
+import subprocess
+import sys
+import types
 
 import jsonschema
 import pytest
@@ -13,10 +16,26 @@ import pytest
 from recshard_stats.config import HardwareConfig
 from recshard_stats.costmodel import CostModel, PassTerms, TierTerms
 from recshard_stats.errors import Reason, RecShardError
-from recshard_stats.manifest import (SCHEMA_PATH, BaselinePlan, GpuPlacement, Manifest, ManifestInputs, PlanSummary,
-                                     RemapFile, TablePlacement, TorchRecPlan, TorchRecShard, complete_with_remaps,
-                                     load_manifest)
+from recshard_stats.manifest import (
+    SCHEMA_PATH,
+    SCHEMA_VERSION,
+    BaselinePlan,
+    GpuPlacement,
+    Manifest,
+    ManifestInputs,
+    MilpStatus,
+    PlanSource,
+    PlanSummary,
+    RemapFile,
+    SolverSettings,
+    TablePlacement,
+    TorchRecPlan,
+    TorchRecShard,
+    complete_with_remaps,
+)
+from recshard_stats.manifest_loader import load_manifest
 from recshard_stats.options import SolveOptions
+from recshard_stats.solver.manifest_builder import solver_settings
 from recshard_stats.typed_json import required_fields
 
 OLD = pathlib.Path(__file__).parent / "data" / "manifest_v1_2b2c487.json"
@@ -33,10 +52,18 @@ def _node(path: str) -> dict:
 
 
 # (schema location, dataclass it must describe exactly)
-LOCATIONS = [("", Manifest), ("inputs", ManifestInputs), ("inputs/solver_options", SolveOptions),
-             ("hardware", HardwareConfig), ("plan", PlanSummary), ("plan/baselines/[]", BaselinePlan),
-             ("gpus/[]", GpuPlacement), ("tables/[]", TablePlacement), ("plan/torchrec/[]", TorchRecPlan),
-             ("plan/torchrec/[]/shards/[]", TorchRecShard)]
+LOCATIONS = [
+    ("", Manifest),
+    ("inputs", ManifestInputs),
+    ("inputs/solver_settings", SolverSettings),
+    ("hardware", HardwareConfig),
+    ("plan", PlanSummary),
+    ("plan/baselines/[]", BaselinePlan),
+    ("gpus/[]", GpuPlacement),
+    ("tables/[]", TablePlacement),
+    ("plan/torchrec/[]", TorchRecPlan),
+    ("plan/torchrec/[]/shards/[]", TorchRecShard),
+]
 
 
 @pytest.mark.parametrize("where, cls", LOCATIONS, ids=[c.__name__ for _, c in LOCATIONS])
@@ -45,13 +72,15 @@ def test_json_schema_describes_each_dataclass_field_by_field(where, cls):
     fields = [f.name for f in dataclasses.fields(cls)]
     assert set(node["properties"]) == set(fields)
     assert node["additionalProperties"] is False
-    # a document must give what has no default (SolveOptions, all defaults, may be partial);
-    # the manifest's own kind and version are always written and always required
+    # a document must give what has no default; the manifest's own kind and version are always
+    # written and always required
     always = {"schema_version", "kind"} if cls is Manifest else set()
     assert set(node["required"]) == set(required_fields(cls)) | always
 
 
-@pytest.mark.parametrize("name, cls", [("tier_terms", TierTerms), ("pass_terms", PassTerms), ("cost_model", CostModel)])
+@pytest.mark.parametrize(
+    "name, cls", [("tier_terms", TierTerms), ("pass_terms", PassTerms), ("cost_model", CostModel)]
+)
 def test_json_schema_describes_the_cost_model_field_by_field(name, cls):
     node = SCHEMA["$defs"][name]
     assert set(node["properties"]) == {f.name for f in dataclasses.fields(cls)}
@@ -71,20 +100,26 @@ def test_a_manifest_with_a_calibrated_cost_model_matches_the_schema_and_round_tr
 
 def test_remap_entry_schema_matches_remap_file():
     remap = _node("tables/[]")["properties"]["remap"]["oneOf"][1]
-    assert set(remap["properties"]) == set(remap["required"]) == {f.name for f in dataclasses.fields(RemapFile)}
+    assert (
+        set(remap["properties"]) == set(remap["required"]) == {f.name for f in dataclasses.fields(RemapFile)}
+    )
 
 
 def test_a_manifest_written_before_the_dataclasses_loads_and_round_trips():
+    """A version-1 manifest (from before the dataclasses) reads as version 2: the same document
+    but for the fields added since, at their defaults, and version 2's renames."""
     text = OLD.read_text()
     manifest = Manifest.from_json(text)
-    # identical, but for the fields added since, at their defaults
     expected = json.loads(text)
+    expected["schema_version"] = "2"
+    expected["inputs"]["solver_settings"] = expected["inputs"].pop("solver_options")
     expected["hardware"].update(index_bytes=8, output_bytes_per_element=4)
     expected["plan"].update(torchrec=[], torchrec_rating_ms=None)
     for baseline in expected["plan"]["baselines"]:
         baseline["torchrec_rating_ms"] = None
-    expected["inputs"]["solver_options"].update(local_search_s=20.0, torchrec_baselines=True, torchrec_timeout_s=120,
-                                                max_column_shards=8)
+    expected["inputs"]["solver_settings"].update(
+        local_search_s=20.0, torchrec_baselines=True, torchrec_timeout_s=120, max_column_shards=8
+    )
     for entry in expected["gpus"] + expected["tables"]:
         entry["trainer_buffer_bytes"] = 0
     for entry in expected["tables"]:
@@ -95,8 +130,9 @@ def test_a_manifest_written_before_the_dataclasses_loads_and_round_trips():
     assert json.loads(manifest.to_json()) == expected
     jsonschema.validate(json.loads(manifest.to_json()), SCHEMA)
     assert manifest.ds == "2026-12-01" and manifest.num_gpus == 4 and len(manifest.tables) == 25
-    assert manifest.inputs.solver_options == SolveOptions(time_limit_s=20.0)
+    assert manifest.inputs.solver_settings == solver_settings(SolveOptions(time_limit_s=20.0))
     t = manifest.table("t_f00")
+    assert t.remap is not None
     assert (t.gpu, t.rows_hbm, t.rows_uvm, t.remap.rows, t.unseen_hbm_below_row) == (2, 14, 2, 10, 8)
     assert manifest.plan.baselines[0].name == "greedy_size"
 
@@ -109,7 +145,8 @@ def test_errors_name_the_field(tmp_path):
         (("plan", "objective_ms"), None, "plan.objective_ms: must be a number, got None"),
         (("tables", 0, "rows_hbm"), 15, "rows_hbm 15 + rows_uvm 2 != hash_size 16"),
         (("tables", 0, "hash_fn"), "xxhash64", "tables[0]: unknown field(s) ['hash_fn']"),
-        (("inputs", "solver_options", "solver"), "gurobi", "unknown solver 'gurobi'"),
+        (("inputs", "solver_options", "mip_gap"), 1.5, "solver settings out of range"),
+        (("plan", "status"), "done", "plan.status: 'done' is not one of ['optimal', 'time_limit'"),
     ]
     for path, value, message in cases:
         bad = json.loads(json.dumps(data))
@@ -130,10 +167,14 @@ def test_errors_name_the_field(tmp_path):
 
 def test_remap_completion_returns_a_new_manifest():
     manifest = Manifest.from_json(OLD.read_text())
-    bare = dataclasses.replace(manifest, tables=tuple(dataclasses.replace(t, remap=None, unseen_hbm_below_row=0)
-                                                     for t in manifest.tables))
-    remaps = {t.name: (RemapFile(f"remap/{t.name}.parquet", "sha256:" + "0" * 64, t.unique_rows), 7)
-              for t in bare.tables}
+    bare = dataclasses.replace(
+        manifest,
+        tables=tuple(dataclasses.replace(t, remap=None, unseen_hbm_below_row=0) for t in manifest.tables),
+    )
+    remaps = {
+        t.name: (RemapFile(f"remap/{t.name}.parquet", "sha256:" + "0" * 64, t.unique_rows), 7)
+        for t in bare.tables
+    }
     done = complete_with_remaps(bare, remaps)
     assert all(t.remap is None for t in bare.tables)  # the input is untouched
     assert [t.remap for t in done.tables] == [remaps[t.name][0] for t in bare.tables]
@@ -153,7 +194,9 @@ def _manifest_dir(tmp_path) -> pathlib.Path:
 def test_loader_refuses_rows_outside_the_table(tmp_path):
     loaded = load_manifest(_manifest_dir(tmp_path), verify_checksums=False)
     for bad in (16, -1):  # t_f00 has 16 rows
-        with pytest.raises(RecShardError, match=f"row {bad} is outside table 't_f00' \\(hash_size 16\\)") as err:
+        with pytest.raises(
+            RecShardError, match=f"row {bad} is outside table 't_f00' \\(hash_size 16\\)"
+        ) as err:
             loaded.remap("t_f00", [0, 3, bad])
         assert err.value.reason is Reason.MANIFEST_MISMATCH
 
@@ -163,8 +206,79 @@ def test_loader_refuses_a_remap_reached_through_a_link_that_leaves_the_directory
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     (target / "remap").symlink_to(outside, target_is_directory=True)
-    with pytest.raises(RecShardError, match=r"remap/t_f00.parquet' leaves the manifest's directory \(through a link\)"):
+    with pytest.raises(
+        RecShardError, match=r"remap/t_f00.parquet' leaves the manifest's directory \(through a link\)"
+    ):
         load_manifest(target, verify_checksums=False)
     (target / "remap").unlink()
     (target / "remap").mkdir()  # the same path, inside: accepted (files are checked later, with checksums)
-    assert load_manifest(target, verify_checksums=False).remap_path("t_f00") == (target / "remap" / "t_f00.parquet")
+    assert load_manifest(target, verify_checksums=False).remap_path("t_f00") == (
+        target / "remap" / "t_f00.parquet"
+    )
+
+
+# the last version-1 manifest: written by `recshard run` at commit 34e76d1, the release before version 2
+LAST_V1 = pathlib.Path(__file__).parent / "data" / "manifest_v1_34e76d1.json"
+
+
+def test_this_reader_reads_the_last_version_1_manifest_as_version_2():
+    data = json.loads(LAST_V1.read_text())
+    assert data["schema_version"] == "1" and "solver_options" in data["inputs"]
+    manifest = Manifest.from_json(data)
+    assert manifest.schema_version == SCHEMA_VERSION == "2"
+    assert dataclasses.asdict(manifest.inputs.solver_settings) == data["inputs"]["solver_options"]
+    assert manifest.plan.source is PlanSource.KERNEL_GROUPS and manifest.plan.status is MilpStatus.OPTIMAL
+    assert [t.name for t in manifest.tables] == [t["name"] for t in data["tables"]]
+    # version 1's "warm_start" is version 2's "start"
+    data["plan"]["source"] = "warm_start"
+    assert Manifest.from_json(data).plan.source is PlanSource.START
+    # written again, it is a version-2 document the schema accepts
+    jsonschema.validate(json.loads(manifest.to_json()), SCHEMA)
+    assert json.loads(manifest.to_json())["schema_version"] == "2"
+
+
+def test_a_newer_manifest_is_refused_by_its_version_not_by_its_fields(tmp_path):
+    """What an older trainer meets when the solver was upgraded first: a manifest of a version it
+    does not read, with a field it does not know. It names the versions, not the field."""
+    data = json.loads(Manifest.from_json(LAST_V1.read_text()).to_json())
+    data["schema_version"] = "3"
+    data["plan"]["solver_seconds_by_stage"] = {"milp": 1.0}
+    (tmp_path / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(RecShardError) as err:
+        load_manifest(tmp_path, verify_checksums=False)
+    message = str(err.value)
+    assert "schema_version '3': this recshard-stats reads versions 1, 2" in message
+    assert "written by a newer recshard-stats" in message and "upgrade recshard-stats" in message
+    assert "unknown field" not in message and "solver_seconds_by_stage" not in message
+    data["schema_version"] = "draft"
+    (tmp_path / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(RecShardError, match=r"schema_version 'draft'.*regenerate the manifest"):
+        load_manifest(tmp_path, verify_checksums=False)
+
+
+def test_the_released_version_1_reader_refuses_a_version_2_manifest_by_its_version():
+    """The version-1 loader as released (recshard_stats/manifest.py at commit 34e76d1, from git)
+    on this release's document: it names the version and says to upgrade; it never reaches the
+    fields it does not know."""
+    try:
+        source = subprocess.run(
+            ["git", "show", "34e76d1:recshard_stats/manifest.py"],
+            cwd=pathlib.Path(__file__).parents[1],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("the repository's history (commit 34e76d1) is not available")
+    released = types.ModuleType("recshard_stats_manifest_v1")
+    released.__file__ = str(SCHEMA_PATH)  # the module finds its schema file beside it
+    sys.modules[released.__name__] = released  # dataclasses resolve their module's names
+    try:
+        exec(compile(source, "manifest_v1.py", "exec"), released.__dict__)
+        document = Manifest.from_json(LAST_V1.read_text()).to_json()
+        with pytest.raises(RecShardError) as err:
+            released.Manifest.from_json(document)
+    finally:
+        del sys.modules[released.__name__]
+    assert "schema_version '2'; this loader reads '1'" in str(err.value)
+    assert err.value.fixes == ("upgrade recshard-stats",)

@@ -3,7 +3,7 @@
 import pyarrow.parquet as pq
 
 from recshard_stats.generate import generate
-from helpers import SPEC, write_yaml
+from tests.helpers import SPEC, write_yaml
 
 
 def test_same_files_for_any_number_of_processes(tmp_path):

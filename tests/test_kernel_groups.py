@@ -22,8 +22,12 @@ def test_calls_gather_tables_of_one_row_size_on_a_gpu():
     """Four small tables (two of 16 columns, two of 64) on two GPUs with room for all of them in
     HBM: each GPU pays one call per row size it holds, so the optimum puts the two 16-column
     tables on one GPU and the 64-column ones on the other."""
-    tables = tuple(table(f"t{i}", [3, 1], [5, 10], 20, dim, accesses=1000.0) for i, dim in enumerate((16, 64, 16, 64)))
-    hw = dataclasses.replace(hardware(num_gpus=2, hbm_bytes_per_gpu=10**6, host_bytes=10**9), cost_model=CALLS)
+    tables = tuple(
+        table(f"t{i}", [3, 1], [5, 10], 20, dim, accesses=1000.0) for i, dim in enumerate((16, 64, 16, 64))
+    )
+    hw = dataclasses.replace(
+        hardware(num_gpus=2, hbm_bytes_per_gpu=10**6, host_bytes=10**9), cost_model=CALLS
+    )
     problem = Problem(tables, hw)
     alternating = polish(problem, Plan("p", (0, 0, 1, 1), (0,) * 4))
     refined = refine(problem, alternating, 10.0)
@@ -38,7 +42,9 @@ def test_an_hbm_tier_that_saves_less_than_its_call_is_emptied():
     """A table whose few HBM rows save 2 us while the HBM call costs 50 us: all of it in host
     memory is cheaper, though the water-fill puts its hottest rows in HBM."""
     t = table("t", [10, 1], [1, 1000], 100_000, 16, accesses=200.0)
-    hw = dataclasses.replace(hardware(num_gpus=1, hbm_bytes_per_gpu=16 * 10, host_bytes=10**9), cost_model=CALLS)
+    hw = dataclasses.replace(
+        hardware(num_gpus=1, hbm_bytes_per_gpu=16 * 10, host_bytes=10**9), cost_model=CALLS
+    )
     problem = Problem((t,), hw)
     filled = polish(problem, Plan("p", (0,), (0,)))
     assert filled.rows_hbm[0] > 0
@@ -55,8 +61,11 @@ def test_refine_matches_every_assignment_enumerated(seed):
     base = random_problem(6, 3, seed=seed, hbm_share=0.2)
     problem = dataclasses.replace(base, hardware=dataclasses.replace(base.hardware, cost_model=CALLS))
     oracle = ExactGpuCost(problem, {})
-    best = min(max(oracle.best([j for j in range(6) if gpu[j] == g])[0] for g in range(3))
-               for gpu in itertools.product(range(3), repeat=6) if gpu[0] == 0)
+    best = min(
+        max(oracle.best([j for j in range(6) if gpu[j] == g])[0] for g in range(3))
+        for gpu in itertools.product(range(3), repeat=6)
+        if gpu[0] == 0
+    )
     start = polish(problem, Plan("p", tuple(j % 3 for j in range(6)), (0,) * 6))
     refined = refine(problem, start, 20.0)
     assert not violations(problem, refined)
@@ -65,6 +74,7 @@ def test_refine_matches_every_assignment_enumerated(seed):
     assert best <= cost * (1 + 1e-9) and cost <= best * 1.02
 
 
+@pytest.mark.slow
 def test_the_solve_never_ships_a_plan_worse_than_a_whole_table_baseline_with_calls_counted():
     base = random_problem(20, 4, seed=9, hbm_share=0.1)
     problem = dataclasses.replace(base, hardware=dataclasses.replace(base.hardware, cost_model=CALLS))

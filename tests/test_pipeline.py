@@ -15,14 +15,22 @@ from recshard_stats.config import load_model_config
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.generate import generate
 from recshard_stats.hashing import rows_of
-from recshard_stats.manifest import HBM, SCHEMA_PATH, UVM, load_latest, load_manifest, publish_latest
+from recshard_stats.manifest import HBM, SCHEMA_PATH, UVM
+from recshard_stats.manifest_loader import load_manifest
+from recshard_stats.manifest_publisher import load_latest, publish_latest
+from recshard_stats.options import SolveOptions
 from recshard_stats.report import FIGURES, write_report
 from recshard_stats.solver.manifest_builder import solve_to_manifest
-from recshard_stats.options import SolveOptions
-from helpers import SPEC, parquet_keys, remap, replay, run_profile, write_yaml
+from tests.helpers import SPEC, parquet_keys, remap, replay, run_profile, write_yaml
 
-HARDWARE = {"num_gpus": 2, "hbm_per_gpu_bytes": 600_000, "hbm_reserved_fraction": 0.0, "host_gib": 1,
-            "batch_size": 64, "bytes_per_element": 4}
+HARDWARE = {
+    "num_gpus": 2,
+    "hbm_per_gpu_bytes": 600_000,
+    "hbm_reserved_fraction": 0.0,
+    "host_gib": 1,
+    "batch_size": 64,
+    "bytes_per_element": 4,
+}
 
 
 def independent_index(train_rows: np.ndarray, hash_size: int) -> np.ndarray:
@@ -49,19 +57,41 @@ def pipeline(spark, tmp_path_factory):
     day1 = generate(spec, root / "logs" / "ds=2026-12-01", 4000, seed=21, chunk_rows=2000, processes=1)
     day2 = generate(spec, root / "logs" / "ds=2026-12-02", 4000, seed=22, chunk_rows=2000, processes=1)
     stats = run_profile(spec, day1, root / "stats", "2026-12-01", "--row-counts")
-    manifest = solve_to_manifest(stats, spec, hw, root / "manifests", options=SolveOptions(solver="cbc", time_limit_s=20))
+    manifest = solve_to_manifest(
+        stats, spec, hw, root / "manifests", options=SolveOptions(solver="cbc", time_limit_s=20)
+    )
     remap(manifest)
     evaluation = replay(manifest, day2)
-    return {"root": root, "spec": spec, "hw": hw, "day1": day1, "day2": day2, "stats": stats, "manifest": manifest,
-            "evaluation": evaluation, "model": load_model_config(spec)}
+    return {
+        "root": root,
+        "spec": spec,
+        "hw": hw,
+        "day1": day1,
+        "day2": day2,
+        "stats": stats,
+        "manifest": manifest,
+        "evaluation": evaluation,
+        "model": load_model_config(spec),
+    }
 
 
 def test_manifest_matches_json_schema_and_capacities(pipeline):
     jsonschema.validate(json.loads(pipeline["manifest"].read_text()), json.loads(SCHEMA_PATH.read_text()))
     manifest = load_manifest(pipeline["manifest"]).manifest
     assert manifest.plan.solver == "cbc" and manifest.plan.gap >= -1e-9
+    # each GPU's HBM bytes from the configs: its tables' rows_hbm x dim x 4 bytes (fp32), a column
+    # shard its share of the columns, within HARDWARE's 600,000 bytes with the trainer's buffers
+    dims = {t["name"]: t["dim"] for t in SPEC["tables"]}
     for gpu in manifest.gpus:
-        assert gpu.hbm_bytes_used + gpu.trainer_buffer_bytes <= gpu.hbm_bytes_capacity == 600_000
+        rows_bytes = sum(
+            t.rows_hbm * (s.columns if t.column_shards else dims[t.name]) * 4
+            for t in manifest.tables
+            for s in (t.column_shards or (None,))
+            if (s.gpu if s is not None else t.gpu) == gpu.rank
+        )
+        assert gpu.hbm_bytes_used == rows_bytes
+        assert gpu.hbm_bytes_capacity == HARDWARE["hbm_per_gpu_bytes"]
+        assert rows_bytes + gpu.trainer_buffer_bytes <= HARDWARE["hbm_per_gpu_bytes"]
     for t in manifest.tables:
         assert t.remap.path == f"remap/{t.name}.parquet" and t.remap.rows == t.unique_rows
     assert {b.name for b in manifest.plan.baselines} == {"greedy_size", "greedy_lookup", "greedy_size_lookup"}
@@ -72,8 +102,13 @@ def test_manifest_matches_json_schema_and_capacities(pipeline):
 
 @pytest.mark.parametrize("solver", ["glpk", "cbc"])
 def test_solve_with_each_required_solver(pipeline, solver, tmp_path):
-    path = solve_to_manifest(pipeline["stats"], pipeline["spec"], pipeline["hw"], tmp_path,
-                             options=SolveOptions(solver=solver, time_limit_s=20))
+    path = solve_to_manifest(
+        pipeline["stats"],
+        pipeline["spec"],
+        pipeline["hw"],
+        tmp_path,
+        options=SolveOptions(solver=solver, time_limit_s=20),
+    )
     jsonschema.validate(json.loads(path.read_text()), json.loads(SCHEMA_PATH.read_text()))
     manifest = load_manifest(path).manifest
     # proven optimal; the bound pools HBM over GPUs, so on 5 tables it stays a few % below
@@ -101,8 +136,12 @@ def test_loader_maps_ids_like_an_independent_computation(pipeline):
     for table in model.tables:
         placement = manifest.table(table.name)
         expected_index = independent_index(table_rows(train, model, table), table.hash_size)
-        batch = np.concatenate([table_rows(held_out, model, table)[:500],
-                                np.random.default_rng(0).integers(0, table.hash_size, 200)])
+        batch = np.concatenate(
+            [
+                table_rows(held_out, model, table)[:500],
+                np.random.default_rng(0).integers(0, table.hash_size, 200),
+            ]
+        )
         tier, index = manifest.remap(table.name, batch)
         new = expected_index[batch]
         assert np.array_equal(tier, np.where(new < placement.rows_hbm, HBM, UVM))
@@ -116,7 +155,9 @@ def test_loader_maps_ids_like_an_independent_computation(pipeline):
     ranks = {t.name: [s.gpu for s in manifest.table(t.name).column_shards] for t in model.tables}
     assert any(ranks.values())
     for name, gpus in ranks.items():
-        assert sorted(g for g, names in by_gpu.items() if name in names) == sorted(gpus or [manifest.table(name).gpu])
+        assert sorted(g for g, names in by_gpu.items() if name in names) == sorted(
+            gpus or [manifest.table(name).gpu]
+        )
 
 
 def test_replay_matches_independent_computation_and_prediction(pipeline):
@@ -145,12 +186,16 @@ def test_replay_matches_independent_computation_and_prediction(pipeline):
 def test_torchrecs_plans_are_replayed_shard_by_shard(pipeline):
     """With torchrec installed, the manifest carries TorchRec's plans, and the replay costs them
     shard by shard on the held-out day: recomputed here from the logs and the remap order."""
-    pytest.importorskip("torchrec", reason="the torchrec extra is not installed (scripts/setup.sh installs it)")
+    pytest.importorskip(
+        "torchrec", reason="the torchrec extra is not installed (scripts/setup.sh installs it)"
+    )
     model = pipeline["model"]
     manifest = load_manifest(pipeline["manifest"]).manifest
     evaluation = json.loads(pipeline["evaluation"].read_text())
     assert [t.name for t in manifest.plan.torchrec] == ["torchrec_default", "torchrec_stats"]
-    assert manifest.plan.torchrec_rating_ms > 0 and all(b.torchrec_rating_ms > 0 for b in manifest.plan.baselines)
+    assert manifest.plan.torchrec_rating_ms > 0 and all(
+        b.torchrec_rating_ms > 0 for b in manifest.plan.baselines
+    )
     train, held_out = parquet_keys(pipeline["day1"], model), parquet_keys(pipeline["day2"], model)
     hw, batch = manifest.hardware, manifest.hardware.batch_size
     for plan in manifest.plan.torchrec:
@@ -171,8 +216,12 @@ def test_torchrecs_plans_are_replayed_shard_by_shard(pipeline):
             else:
                 f = 1.0
             by_rows = shard.rows / t.hash_size
-            share = {"row_wise": by_rows, "table_row_wise": by_rows, "grid_shard": by_rows,
-                     "data_parallel": 1 / manifest.num_gpus}.get(shard.sharding_type, 1.0)
+            share = {
+                "row_wise": by_rows,
+                "table_row_wise": by_rows,
+                "grid_shard": by_rows,
+                "data_parallel": 1 / manifest.num_gpus,
+            }.get(shard.sharding_type, 1.0)
             moved = batch * len(rows) / evaluation["num_samples"] * share * t.row_bytes * shard.cols / t.dim
             gpu_ms[shard.rank] += 1e3 * moved * (f / hw.hbm_bandwidth + (1 - f) / hw.uvm_bandwidth)
         replayed = evaluation["plans"][plan.name]
@@ -195,13 +244,15 @@ def test_loader_rejects_tampering_and_mismatches(pipeline, tmp_path):
     part = next((target / "remap" / "t_user.parquet").glob("*.parquet"))
     original = part.read_bytes()
     part.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))
-    with pytest.raises(RecShardError, match="checksum mismatch for remap/t_user.parquet"):
+    with pytest.raises(RecShardError, match=r"checksum mismatch for remap/t_user\.parquet"):
         load_manifest(path)
     part.write_bytes(original)
     load_manifest(path)
 
-    for bad, message in (("../outside.parquet", "its remap file is '../outside.parquet', not remap/t_user.parquet"),
-                         ("/etc/passwd", "its remap file is '/etc/passwd'")):
+    for bad, message in (
+        ("../outside.parquet", "its remap file is '../outside.parquet', not remap/t_user.parquet"),
+        ("/etc/passwd", "its remap file is '/etc/passwd'"),
+    ):
         tampered = json.loads(json.dumps(data))
         tampered["tables"][0]["remap"]["path"] = bad
         path.write_text(json.dumps(tampered))
@@ -209,9 +260,9 @@ def test_loader_rejects_tampering_and_mismatches(pipeline, tmp_path):
             load_manifest(path)
 
     tampered = json.loads(json.dumps(data))
-    tampered["schema_version"] = "2"
+    tampered["schema_version"] = "3"
     path.write_text(json.dumps(tampered))
-    with pytest.raises(RecShardError, match="schema_version '2'; this loader reads '1'"):
+    with pytest.raises(RecShardError, match="schema_version '3': this recshard-stats reads versions 1, 2"):
         load_manifest(path)
 
     path.write_text(text)  # as written, so its checksum beside it matches again
@@ -232,7 +283,7 @@ def test_latest_pointer_moves_only_to_a_valid_manifest(pipeline, tmp_path):
     publish_latest(tmp_path, target / "manifest.json")
     assert load_latest(tmp_path).path == (target / "manifest.json").resolve()
     shutil.rmtree(target / "remap" / "t_hist.parquet")
-    with pytest.raises(RecShardError, match="t_hist.parquet of table 't_hist' is missing"):
+    with pytest.raises(RecShardError, match=r"t_hist\.parquet of table 't_hist' is missing"):
         publish_latest(tmp_path, target / "manifest.json")
     # the pointer still names the manifest it pointed to
     assert json.loads((tmp_path / "latest.json").read_text())["manifest"] == "ds=2026-12-01/manifest.json"
@@ -267,12 +318,15 @@ def test_report_has_every_figure(pipeline, tmp_path):
     cut = [t for t in manifest.tables if t.column_shards]
     assert cut and f"{len(cut)} table(s) cut into column\nshards" in text
     for t in cut:
-        assert (f"<tr><td>{t.name}</td><td>{', '.join(str(s.gpu) for s in t.column_shards)}</td>"
-                f"<td>column-wise x{len(t.column_shards)}</td>") in text
+        assert (
+            f"<tr><td>{t.name}</td><td>{', '.join(str(s.gpu) for s in t.column_shards)}</td>"
+            f"<td>column-wise x{len(t.column_shards)}</td>"
+        ) in text
     if load_manifest(pipeline["manifest"]).manifest.plan.torchrec:
         assert "torchrec_default" in text and "TorchRec's rating ms" in text
 
 
+@pytest.mark.slow
 def test_criteo_split_in_two_replays_as_predicted(spark, criteo_tsv, tmp_path):
     from tests.conftest import ROOT
 
@@ -281,26 +335,41 @@ def test_criteo_split_in_two_replays_as_predicted(spark, criteo_tsv, tmp_path):
     (tmp_path / "a.tsv").write_text("".join(lines[:half]))
     (tmp_path / "b.tsv").write_text("".join(lines[half:]))
     model_path = ROOT / "conf" / "criteo_kaggle.yaml"
-    hw = write_yaml(tmp_path / "hw.yaml", {"num_gpus": 2, "hbm_per_gpu_bytes": 3_000_000, "hbm_reserved_fraction": 0,
-                                           "host_gib": 64, "batch_size": 256})
+    hw = write_yaml(
+        tmp_path / "hw.yaml",
+        {
+            "num_gpus": 2,
+            "hbm_per_gpu_bytes": 3_000_000,
+            "hbm_reserved_fraction": 0,
+            "host_gib": 64,
+            "batch_size": 256,
+        },
+    )
     stats = run_profile(model_path, tmp_path / "a.tsv", tmp_path / "stats", "2026-12-01", "--row-counts")
     # the replay is checked against the plan, whatever its quality: a short solve will do
-    manifest = solve_to_manifest(stats, model_path, hw, tmp_path / "manifests",
-                                 options=SolveOptions(solver="highs", time_limit_s=5))
+    manifest = solve_to_manifest(
+        stats, model_path, hw, tmp_path / "manifests", options=SolveOptions(solver="highs", time_limit_s=5)
+    )
     remap(manifest)
     evaluation = json.loads(replay(manifest, tmp_path / "b.tsv").read_text())
     loaded = load_manifest(manifest, model=model_path)
-    raw = [pd.read_csv(tmp_path / f, sep="\t", header=None, dtype=str, keep_default_na=False) for f in ("a.tsv", "b.tsv")]
+    raw = [
+        pd.read_csv(tmp_path / f, sep="\t", header=None, dtype=str, keep_default_na=False)
+        for f in ("a.tsv", "b.tsv")
+    ]
     total = uvm = 0
     by_name = {t["name"]: t for t in evaluation["tables"]}
     for i, table in enumerate(load_model_config(model_path).tables):
         train, test = ([int(v, 16) % table.hash_size for v in df[14 + i] if v] for df in raw)
-        new = independent_index(np.array(train, dtype=np.int64), table.hash_size)[np.array(test, dtype=np.int64)]
+        new = independent_index(np.array(train, dtype=np.int64), table.hash_size)[
+            np.array(test, dtype=np.int64)
+        ]
         tier, _ = loaded.remap(table.name, np.array(test, dtype=np.int64))
         rows_hbm = loaded.table(table.name).rows_hbm
         assert np.array_equal(tier == HBM, new < rows_hbm)
         assert by_name[table.name]["hbm_access_fraction"] == pytest.approx(
-            (new < rows_hbm).mean() if len(new) else 1.0, abs=1e-12)
+            (new < rows_hbm).mean() if len(new) else 1.0, abs=1e-12
+        )
         total, uvm = total + len(new), uvm + int((new >= rows_hbm).sum())
     recshard = evaluation["plans"]["recshard"]
     assert recshard["uvm_access_fraction"] == pytest.approx(uvm / total, abs=1e-12)
@@ -325,15 +394,19 @@ def _edited(data: dict, edit: str) -> dict:
     return data
 
 
-EDITS = {"unique_rows": "do not add up to hash_size", "objective": "'objective_ms': -1",
-         "swapped remaps": "its remap file is 'remap/t_query.parquet', not remap/t_user.parquet",
-         "hbm over capacity": "hbm_bytes_used", "gpu contradicts gpus": "lists tables"}
+EDITS = {
+    "unique_rows": "do not add up to hash_size",
+    "objective": "'objective_ms': -1",
+    "swapped remaps": "its remap file is 'remap/t_query.parquet', not remap/t_user.parquet",
+    "hbm over capacity": "hbm_bytes_used",
+    "gpu contradicts gpus": "lists tables",
+}
 
 
 @pytest.mark.parametrize("edit", EDITS)
 def test_an_edited_manifest_is_refused_by_the_loader_validate_and_publish(pipeline, edit, tmp_path, capsys):
     from recshard_stats import cli
-    from recshard_stats.manifest import checksum_path, sha256_file
+    from recshard_stats.manifest_loader import checksum_path, sha256_file
 
     target = _copy(pipeline, tmp_path)
     path = target / "manifest.json"
@@ -344,20 +417,22 @@ def test_an_edited_manifest_is_refused_by_the_loader_validate_and_publish(pipeli
         expected = EDITS[edit] if forged else "changed after it was written|" + EDITS[edit]
         with pytest.raises(RecShardError, match=expected.replace("(", r"\(").replace("[", r"\[")):
             load_manifest(path)
-        for command in (["validate", "--manifest", str(target)], ["publish", "--manifest", str(target),
-                                                                  "--root", str(tmp_path)]):
+        for command in (
+            ["validate", "--manifest", str(target)],
+            ["publish", "--manifest", str(target), "--root", str(tmp_path)],
+        ):
             assert cli.main(command) == 2
             assert "[manifest_invalid]" in capsys.readouterr().err
     assert not (tmp_path / "latest.json").exists()
 
 
 def test_publish_needs_the_manifests_own_checksum(pipeline, tmp_path):
-    from recshard_stats.manifest import checksum_path
+    from recshard_stats.manifest_loader import checksum_path
 
     target = _copy(pipeline, tmp_path)
     checksum_path(target / "manifest.json").unlink()
     load_manifest(target)  # a trainer may still read it (with a warning)
-    with pytest.raises(RecShardError, match="manifest.json.sha256 is missing"):
+    with pytest.raises(RecShardError, match=r"manifest\.json\.sha256 is missing"):
         publish_latest(tmp_path, target / "manifest.json")
 
 
@@ -366,10 +441,21 @@ def test_a_broken_evaluation_file_is_one_clear_error_in_the_report(pipeline, tmp
 
     bad = tmp_path / "evaluation.json"
     bad.write_text('{"num_samples": "many"}')
-    rc = cli.main(["report", "--manifest", str(pipeline["manifest"]), "--evaluation", str(bad),
-                   "--out", str(tmp_path / "r.html")])
+    rc = cli.main(
+        [
+            "report",
+            "--manifest",
+            str(pipeline["manifest"]),
+            "--evaluation",
+            str(bad),
+            "--out",
+            str(tmp_path / "r.html"),
+        ]
+    )
     err = capsys.readouterr().err
-    assert rc == 2 and "[input_corrupt]" in err and "is not an evaluation written by `recshard evaluate`" in err
+    assert (
+        rc == 2 and "[input_corrupt]" in err and "is not an evaluation written by `recshard evaluate`" in err
+    )
     assert "lacks ['plans', 'tables', 'manifest', 'logs', 'ds']" in err and not (tmp_path / "r.html").exists()
 
 
@@ -396,13 +482,15 @@ def test_the_gpu_step_bench_runs_each_share_on_cpu_with_the_traffic_the_plan_giv
     recshard = {p["name"]: p for p in scenario.meta["plans"]}["recshard"]
     for t in loaded.manifest.tables:
         index = independent_index(table_rows(day1, model, t), t.hash_size)[table_rows(first, model, t)]
-        got = {tier: 0 for tier in ("hbm", "host")}
+        got = dict.fromkeys(("hbm", "host"), 0)
         for part in recshard["parts"]:
             if part["table"] == t.name and part["gpu"] == t.gpu:
-                for tier, (size, ids, offsets) in scenario.lookups(part).items():
+                for tier, (_size, ids, offsets) in scenario.lookups(part).items():
                     got[tier] += len(ids)
                     assert len(offsets) == 512 * len(t.features)  # one bag per sample and feature
-        assert got == {"hbm": int((index < t.rows_hbm).sum()), "host": int((index >= t.rows_hbm).sum())}, t.name
+        assert got == {"hbm": int((index < t.rows_hbm).sum()), "host": int((index >= t.rows_hbm).sum())}, (
+            t.name
+        )
     results = tmp_path / "results.jsonl"
     bench.measure(str(inputs), str(results), "cpu", 2, 300.0)
     records = [json.loads(line) for line in results.read_text().splitlines()]

@@ -12,9 +12,11 @@ from recshard_stats.config import load_model_config
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.generate import generate
 from recshard_stats.schemas import SCHEMA_VERSION, SMALL_TABLES, arrow_schema
+from recshard_stats.spark_io import READ_SETTINGS, with_spark_settings
 from recshard_stats.stats_reader import load_stats
-from reference import cdf_at, feature_reference
-from helpers import SPEC, parquet_keys, run_profile, write_yaml
+from tests.helpers import SPEC, parquet_keys, run_profile, write_yaml
+from tests.reference import cdf_at, feature_reference
+
 
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory):
@@ -28,8 +30,17 @@ def synthetic(tmp_path_factory):
 def synthetic_stats(spark, synthetic, request):
     """The synthetic logs profiled with either Parquet reader (pyarrow in the tasks, or Spark's)."""
     spec, logs, root = synthetic
-    return run_profile(spec, logs, root / f"stats-{request.param}", "2026-12-01", "--row-counts", "--cdf-points",
-                       "40", "--parquet-reader", request.param)
+    return run_profile(
+        spec,
+        logs,
+        root / f"stats-{request.param}",
+        "2026-12-01",
+        "--row-counts",
+        "--cdf-points",
+        "40",
+        "--parquet-reader",
+        request.param,
+    )
 
 
 def _by(stats, table, key):
@@ -38,13 +49,24 @@ def _by(stats, table, key):
 
 def _shared_table(stats, keys):
     """The stats row of t_items, and the reference of its two features' keys in one row space."""
-    merged = [a + b for a, b in zip(keys["clicks"], keys["views"])]
+    merged = [a + b for a, b in zip(keys["clicks"], keys["views"], strict=True)]
     return _by(stats, "tables", "table")["t_items"], feature_reference(merged, 700)
 
 
 def _check_feature(row, ref):
-    for key in ("num_samples", "present_samples", "pf_min", "pf_max", "pf_p50", "pf_p90", "pf_p99",
-                "total_accesses", "unique_raw_ids", "unique_rows", "unused_rows"):
+    for key in (
+        "num_samples",
+        "present_samples",
+        "pf_min",
+        "pf_max",
+        "pf_p50",
+        "pf_p90",
+        "pf_p99",
+        "total_accesses",
+        "unique_raw_ids",
+        "unique_rows",
+        "unused_rows",
+    ):
         assert row[key] == ref[key], key
     for key in ("coverage", "pf_mean", "pf_mean_present"):
         assert row[key] == pytest.approx(ref[key], rel=1e-12, abs=1e-12), key
@@ -66,7 +88,7 @@ def test_multi_hot_parquet_matches_independent_computation(synthetic, synthetic_
         got = hist[hist.feature == feature.name].set_index("pooling_factor")["samples"].to_dict()
         assert got == ref["pooling_histogram"]
         coc = stats.count_of_counts("feature", feature.name)
-        assert dict(zip(coc.counts.tolist(), coc.rows.tolist())) == ref["count_of_counts"]
+        assert dict(zip(coc.counts.tolist(), coc.rows.tolist(), strict=True)) == ref["count_of_counts"]
     # the shared table: both features' keys land in one row space
     t_items, ref = _shared_table(stats, keys)
     assert t_items["total_accesses"] == ref["total_accesses"]
@@ -74,12 +96,12 @@ def test_multi_hot_parquet_matches_independent_computation(synthetic, synthetic_
     assert t_items["unique_keys"] == ref["unique_raw_ids"]
     assert t_items["max_row_accesses"] == max(ref["row_counts"].values())
     coc = stats.count_of_counts("table", "t_items")
-    assert dict(zip(coc.counts.tolist(), coc.rows.tolist())) == ref["count_of_counts"]
+    assert dict(zip(coc.counts.tolist(), coc.rows.tolist(), strict=True)) == ref["count_of_counts"]
     # access CDF at every stored breakpoint equals sorting all rows
     cdf = stats.tables["access_cdf"].to_pandas()
     points = cdf[(cdf.level == "table") & (cdf.name == "t_items")]
     assert len(points) > 10 and points.rows.iloc[-1] == ref["unique_rows"]
-    for k, f in zip(points.rows, points.access_fraction):
+    for k, f in zip(points.rows, points.access_fraction, strict=True):
         assert f == pytest.approx(cdf_at(ref["row_counts"], int(k)), abs=1e-12)
     assert np.all(np.diff(points.access_fraction.to_numpy()) >= 0)
 
@@ -90,7 +112,7 @@ def test_row_counts_match(synthetic, synthetic_stats):
     keys = parquet_keys(logs, model)
     got = pq.read_table(synthetic_stats / "row_counts" / "table=t_hist").to_pandas()
     ref = feature_reference(keys["hist"], 2048)["row_counts"]
-    assert dict(zip(got.row.tolist(), got.access_count.tolist())) == ref
+    assert dict(zip(got.row.tolist(), got.access_count.tolist(), strict=True)) == ref
 
 
 def test_outputs_have_declared_schemas_and_metadata(synthetic_stats):
@@ -114,6 +136,7 @@ def test_sample_fraction_is_recorded(spark, synthetic, tmp_path):
     assert 500 < meta["num_samples"] < 1000
 
 
+@pytest.mark.slow
 def test_criteo_tsv_matches_independent_computation(spark, criteo_tsv, tmp_path):
     from tests.conftest import ROOT
 
@@ -129,18 +152,30 @@ def test_criteo_tsv_matches_independent_computation(spark, criteo_tsv, tmp_path)
         ref = feature_reference(samples, model.table_of(feature.name).hash_size)
         _check_feature(features[feature.name], ref)
         coc = stats.count_of_counts("feature", feature.name)
-        assert dict(zip(coc.counts.tolist(), coc.rows.tolist())) == ref["count_of_counts"]
+        assert dict(zip(coc.counts.tolist(), coc.rows.tolist(), strict=True)) == ref["count_of_counts"]
     assert stats.rows("rejects") == [] and stats.metadata.rejected_rows == 0
 
 
 def _criteo_model(feature_type: str) -> dict:
     columns = [f"C{i}" for i in range(1, 6)]
-    return {"name": "criteo5", "input": {"format": "criteo_tsv"},
-            "features": [{"name": c, "type": feature_type} for c in columns],
-            "tables": [{"name": f"t_{c}", "features": [c], "hash_size": 1000, "dim": 8,
-                        **({"hash": "xxhash64"} if feature_type == "string" else {})} for c in columns]}
+    return {
+        "name": "criteo5",
+        "input": {"format": "criteo_tsv"},
+        "features": [{"name": c, "type": feature_type} for c in columns],
+        "tables": [
+            {
+                "name": f"t_{c}",
+                "features": [c],
+                "hash_size": 1000,
+                "dim": 8,
+                **({"hash": "xxhash64"} if feature_type == "string" else {}),
+            }
+            for c in columns
+        ],
+    }
 
 
+@pytest.mark.slow
 def test_crlf_gzip_and_string_ids_of_criteo_give_the_same_statistics(spark, criteo_tsv, tmp_path):
     """CRLF line ends and gzip give the statistics of the plain file; the same columns declared
     ``string`` have the coverage and pooling of ``hex`` (an empty field is absent for every type),
@@ -155,52 +190,92 @@ def test_crlf_gzip_and_string_ids_of_criteo_give_the_same_statistics(spark, crit
     (tmp_path / "gzip").mkdir()
     (tmp_path / "gzip" / "day.tsv.gz").write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
     hex_model = write_yaml(tmp_path / "hex.yaml", _criteo_model("hex"))
-    runs = {name: load_stats(run_profile(hex_model, tmp_path / name, tmp_path / f"stats-{name}"))
-            for name in ("plain", "crlf", "gzip")}
+    runs = {
+        name: load_stats(run_profile(hex_model, tmp_path / name, tmp_path / f"stats-{name}"))
+        for name in ("plain", "crlf", "gzip")
+    }
     for name in ("crlf", "gzip"):
         for table in ("features", "tables", "count_of_counts", "pooling_histogram", "rejects"):
             assert runs[name].rows(table) == runs["plain"].rows(table), (name, table)
-    strings = load_stats(run_profile(write_yaml(tmp_path / "str.yaml", _criteo_model("string")), tmp_path / "plain",
-                                     tmp_path / "stats-string"))
+    strings = load_stats(
+        run_profile(
+            write_yaml(tmp_path / "str.yaml", _criteo_model("string")),
+            tmp_path / "plain",
+            tmp_path / "stats-string",
+        )
+    )
     raw = pd.read_csv(tmp_path / "plain" / "day.tsv", sep="\t", header=None, dtype=str, keep_default_na=False)
     hexes, texts = _by(runs["plain"], "features", "feature"), _by(strings, "features", "feature")
     for i, column in enumerate(f"C{i}" for i in range(1, 6)):
         values = raw[14 + i]
         present = values != ""
-        assert texts[column]["coverage"] == hexes[column]["coverage"] == pytest.approx(present.mean(), abs=1e-12)
+        assert (
+            texts[column]["coverage"] == hexes[column]["coverage"] == pytest.approx(present.mean(), abs=1e-12)
+        )
         assert texts[column]["total_accesses"] == hexes[column]["total_accesses"] == int(present.sum())
         assert texts[column]["unique_raw_ids"] == values[present].nunique()
 
 
 EDGE_MODEL = {
-    "name": "edges", "input": {"format": "parquet"},
-    "features": [{"name": "never", "type": "array<int64>"}, {"name": "neg", "type": "int64"},
-                 {"name": "big", "type": "array<int64>"}, {"name": "s", "type": "string"}],
-    "tables": [{"name": "t_never", "features": ["never"], "hash_size": 5, "dim": 4},
-               {"name": "t_neg", "features": ["neg"], "hash_size": 10, "dim": 4},
-               {"name": "t_big", "features": ["big"], "hash_size": 10, "dim": 4},
-               {"name": "t_s", "features": ["s"], "hash_size": 1, "dim": 4, "hash": "xxhash64"}],
+    "name": "edges",
+    "input": {"format": "parquet"},
+    "features": [
+        {"name": "never", "type": "array<int64>"},
+        {"name": "neg", "type": "int64"},
+        {"name": "big", "type": "array<int64>"},
+        {"name": "s", "type": "string"},
+    ],
+    "tables": [
+        {"name": "t_never", "features": ["never"], "hash_size": 5, "dim": 4},
+        {"name": "t_neg", "features": ["neg"], "hash_size": 10, "dim": 4},
+        {"name": "t_big", "features": ["big"], "hash_size": 10, "dim": 4},
+        {"name": "t_s", "features": ["s"], "hash_size": 1, "dim": 4, "hash": "xxhash64"},
+    ],
 }
 
 
 @pytest.mark.parametrize("reader", ["arrow", "spark"])
 def test_edge_cases(spark, tmp_path, reader):
-    never = [None, [], None, [], []]
-    neg = [-1, -11, 9, None, -(2**63)]                        # pmod: 9, 9, 9, -, 2
-    big = [[3, 13, 23], [10**15, None], None, [], [2**63 - 1, -3]]  # collisions, ids >= hash_size, null element
+    never: list[list[int] | None] = [None, [], None, [], []]
+    neg = [-1, -11, 9, None, -(2**63)]  # pmod: 9, 9, 9, -, 2
+    big = [
+        [3, 13, 23],
+        [10**15, None],
+        None,
+        [],
+        [2**63 - 1, -3],
+    ]  # collisions, ids >= hash_size, null element
     s = ["a", None, "a", "b", ""]
-    table = pa.table({"never": pa.array(never, pa.list_(pa.int64())), "neg": pa.array(neg, pa.int64()),
-                      "big": pa.array(big, pa.list_(pa.int64())), "s": pa.array(s, pa.string())})
+    table = pa.table(
+        {
+            "never": pa.array(never, pa.list_(pa.int64())),
+            "neg": pa.array(neg, pa.int64()),
+            "big": pa.array(big, pa.list_(pa.int64())),
+            "s": pa.array(s, pa.string()),
+        }
+    )
     (tmp_path / "logs").mkdir()
     pq.write_table(table, tmp_path / "logs" / "part-0.parquet")
     model_path = write_yaml(tmp_path / "m.yaml", EDGE_MODEL)
-    stats = load_stats(run_profile(model_path, tmp_path / "logs", tmp_path / "stats", "2026-12-01",
-                                   "--max-reject-fraction", "1", "--parquet-reader", reader))
+    stats = load_stats(
+        run_profile(
+            model_path,
+            tmp_path / "logs",
+            tmp_path / "stats",
+            "2026-12-01",
+            "--max-reject-fraction",
+            "1",
+            "--parquet-reader",
+            reader,
+        )
+    )
     f = _by(stats, "features", "feature")
     assert f["never"]["present_samples"] == 0 and f["never"]["unique_rows"] == 0
     assert f["never"]["unused_rows"] == 5 and f["never"]["pf_max"] == 0 and f["never"]["coverage"] == 0
-    assert f["neg"]["unique_rows"] == 2 and f["neg"]["unique_raw_ids"] == 4 and f["neg"]["total_accesses"] == 4
-    assert dict(zip(*[a.tolist() for a in _coc(stats, "neg")])) == {3: 1, 1: 1}
+    assert (
+        f["neg"]["unique_rows"] == 2 and f["neg"]["unique_raw_ids"] == 4 and f["neg"]["total_accesses"] == 4
+    )
+    assert dict(zip(*[a.tolist() for a in _coc(stats, "neg")], strict=True)) == {3: 1, 1: 1}
     assert f["big"]["null_ids"] == 1 and f["big"]["total_accesses"] == 6 and f["big"]["pf_max"] == 3
     # rows: 3,3,3 | 0 | 7 (2^63-1 mod 10), 7 (-3 pmod 10)
     assert f["big"]["unique_rows"] == 3 and f["big"]["unique_raw_ids"] == 6
@@ -214,17 +289,19 @@ def _coc(stats, feature):
     return coc.counts, coc.rows
 
 
+@pytest.mark.slow
 def test_rerun_replaces_partition_and_failure_leaves_none(spark, synthetic, tmp_path):
     spec, logs, _ = synthetic
     first = run_profile(spec, logs, tmp_path)
     created = json.loads((first / "metadata.json").read_text())["created_at"]
     second = run_profile(spec, logs, tmp_path)
     assert json.loads((second / "metadata.json").read_text())["created_at"] != created
-    with pytest.raises(RecShardError, match="no usable samples|not found"):
+    with pytest.raises(RecShardError, match=r"no usable samples|not found"):
         run_profile(spec, tmp_path / "missing", tmp_path, "2026-12-02")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds=2026-12-01"]
 
 
+@pytest.mark.slow
 def test_approximate_mode_against_independent_computation(synthetic, spark, tmp_path):
     """Small tables keep every row, so count-of-counts stay exact; distinct counts are HLL
     estimates within the error bound the metadata records; totals and pooling stay exact."""
@@ -232,7 +309,9 @@ def test_approximate_mode_against_independent_computation(synthetic, spark, tmp_
     model = load_model_config(spec)
     stats = load_stats(run_profile(spec, logs, tmp_path / "stats", "2026-12-01", "--approximate"))
     meta = stats.metadata.approximate
-    assert meta.hll_lg_config_k == 14 and meta.distinct_count_error_bound_99_7 == pytest.approx(3 * 1.04 / 128)
+    assert meta.hll_lg_config_k == 14 and meta.distinct_count_error_bound_99_7 == pytest.approx(
+        3 * 1.04 / 128
+    )
     assert set(meta.row_sample_rate.values()) == {1.0}
     bound = meta.distinct_count_error_bound_99_7
     keys = parquet_keys(logs, model)
@@ -240,23 +319,32 @@ def test_approximate_mode_against_independent_computation(synthetic, spark, tmp_
     for feature in model.features:
         ref = feature_reference(keys[feature.name], model.table_of(feature.name).hash_size)
         row = features[feature.name]
-        for key in ("num_samples", "present_samples", "pf_min", "pf_max", "pf_p50", "pf_p90", "pf_p99",
-                    "total_accesses"):
+        for key in (
+            "num_samples",
+            "present_samples",
+            "pf_min",
+            "pf_max",
+            "pf_p50",
+            "pf_p90",
+            "pf_p99",
+            "total_accesses",
+        ):
             assert row[key] == ref[key], key
         for key in ("unique_raw_ids", "unique_rows"):
             assert abs(row[key] - ref[key]) <= bound * ref[key], (feature.name, key, row[key], ref[key])
         coc = stats.count_of_counts("feature", feature.name)
-        assert dict(zip(coc.counts.tolist(), coc.rows.tolist())) == ref["count_of_counts"]
+        assert dict(zip(coc.counts.tolist(), coc.rows.tolist(), strict=True)) == ref["count_of_counts"]
     t_items, ref = _shared_table(stats, keys)
     assert t_items["total_accesses"] == ref["total_accesses"]
     assert abs(t_items["unique_keys"] - ref["unique_raw_ids"]) <= bound * ref["unique_raw_ids"]
     coc = stats.count_of_counts("table", "t_items")
-    assert dict(zip(coc.counts.tolist(), coc.rows.tolist())) == ref["count_of_counts"]
+    assert dict(zip(coc.counts.tolist(), coc.rows.tolist(), strict=True)) == ref["count_of_counts"]
 
     with pytest.raises(RecShardError, match=r"per-row access counts .* need the exact profile"):
         run_profile(spec, logs, tmp_path / "stats2", "2026-12-01", "--approximate", "--row-counts")
 
 
+@pytest.mark.slow
 def test_approximate_mode_samples_rows_of_a_large_table(spark, tmp_path):
     """A 2**22-row table is profiled from one row in 16, picked by Spark's xxhash64(table index,
     row): its count-of-counts equal those of exactly those rows, recomputed here, times 16."""
@@ -269,11 +357,24 @@ def test_approximate_mode_samples_rows_of_a_large_table(spark, tmp_path):
     ids = rng.zipf(1.2, size=40_000) % 3_000_000
     (tmp_path / "logs").mkdir()
     pq.write_table(pa.table({"u": pa.array(ids, pa.int64())}), tmp_path / "logs" / "p.parquet")
-    spec = write_yaml(tmp_path / "m.yaml", {"features": [{"name": "u", "type": "int64"}],
-                                            "tables": [{"name": "t", "features": ["u"], "hash_size": 1 << 22,
-                                                        "dim": 8}]})
-    stats = load_stats(run_profile(spec, tmp_path / "logs", tmp_path / "stats", "2026-12-01", "--approximate",
-                                   "--row-sample-bits", "4"))
+    spec = write_yaml(
+        tmp_path / "m.yaml",
+        {
+            "features": [{"name": "u", "type": "int64"}],
+            "tables": [{"name": "t", "features": ["u"], "hash_size": 1 << 22, "dim": 8}],
+        },
+    )
+    stats = load_stats(
+        run_profile(
+            spec,
+            tmp_path / "logs",
+            tmp_path / "stats",
+            "2026-12-01",
+            "--approximate",
+            "--row-sample-bits",
+            "4",
+        )
+    )
     assert stats.metadata.approximate.row_sample_rate == {"t": 1 / 16}
     ref = feature_reference([[int(i)] for i in ids], 1 << 22)
     table_seed = xxhash64_bytes(struct.pack("<i", 0), SEED)  # Spark hashes column by column, int then long
@@ -286,7 +387,7 @@ def test_approximate_mode_samples_rows_of_a_large_table(spark, tmp_path):
     assert 0 < len(kept) < len(ref["row_counts"]) / 8
     expected = {c: 16 * n for c, n in collections.Counter(kept.values()).items()}
     coc = stats.count_of_counts("table", "t")
-    assert dict(zip(coc.counts.tolist(), coc.rows.tolist())) == expected
+    assert dict(zip(coc.counts.tolist(), coc.rows.tolist(), strict=True)) == expected
     table = _by(stats, "tables", "table")["t"]
     assert table["total_accesses"] == 40_000
     bound = stats.metadata.approximate.distinct_count_error_bound_99_7
@@ -312,9 +413,8 @@ def test_publish_lock_is_taken_over_when_stale_and_waited_for_when_fresh(spark, 
 
     lock.write_text("a live run's")
     started = time.time()
-    with pytest.raises(RecShardError) as err:
-        with publish_lock(fs, out, "2026-12-01", wait_s=1, stale_s=600):
-            pass
+    with pytest.raises(RecShardError) as err, publish_lock(fs, out, "2026-12-01", wait_s=1, stale_s=600):
+        pass
     assert err.value.reason is Reason.OUTPUT_BUSY and time.time() - started >= 1
     assert "lock" in str(err.value) and "held for over 1s" in str(err.value)
     assert lock.read_text() == "a live run's"  # a live run's lock is never removed
@@ -326,12 +426,14 @@ def _csv_field(value, sep: str) -> str:
     return sep.join(str(v) for v in value) if isinstance(value, list) else str(value)
 
 
-def test_csv_with_delimited_lists_profiles_like_the_parquet_it_was_written_from(spark, synthetic, synthetic_stats,
-                                                                                tmp_path):
+@pytest.mark.slow
+def test_csv_with_delimited_lists_profiles_like_the_parquet_it_was_written_from(
+    spark, synthetic, synthetic_stats, tmp_path
+):
     """The synthetic logs written as TSV with a header, multi-hot fields as ``a|b|c``: the same
     statistics as the Parquet (which match pandas, above); malformed lines and non-integer ids
     are counted, not used."""
-    spec, logs, _ = synthetic
+    _spec, logs, _ = synthetic
     table = pq.read_table(logs)
     columns = table.column_names
     rows = table.to_pylist()
@@ -339,8 +441,19 @@ def test_csv_with_delimited_lists_profiles_like_the_parquet_it_was_written_from(
     (tmp_path / "tsv").mkdir()
     (tmp_path / "tsv" / "day.tsv").write_text("\n".join(lines) + "\n")
     model = {**SPEC, "input": {"format": "csv", "separator": "\t", "list_separator": "|"}}
-    got = load_stats(run_profile(write_yaml(tmp_path / "m.yaml", model), tmp_path / "tsv", tmp_path / "s1",
-                                 "2026-12-01", "--cdf-points", "40"))
+    session_settings = {key: spark.conf.get(key, None) for key in READ_SETTINGS}
+    got = load_stats(
+        run_profile(
+            write_yaml(tmp_path / "m.yaml", model),
+            tmp_path / "tsv",
+            tmp_path / "s1",
+            "2026-12-01",
+            "--cdf-points",
+            "40",
+        )
+    )
+    # the stage gave the shared session its own settings back
+    assert {key: spark.conf.get(key, None) for key in READ_SETTINGS} == session_settings
     expected = load_stats(synthetic_stats)
     for name in ("features", "tables", "count_of_counts", "pooling_histogram", "access_cdf"):
         assert got.rows(name) == expected.rows(name), name
@@ -368,36 +481,75 @@ def test_an_outlying_pooling_factor_is_named_and_an_empty_parquet_file_listed(sp
     (tmp_path / "logs").mkdir()
     pq.write_table(pa.table({"h": pa.array(ids, pa.list_(pa.int64()))}), tmp_path / "logs" / "part-0.parquet")
     (tmp_path / "logs" / "part-1.parquet").write_bytes(b"")
-    model = write_yaml(tmp_path / "m.yaml", {"features": [{"name": "h", "type": "array<int64>"}],
-                                             "tables": [{"name": "t", "features": ["h"], "hash_size": 64, "dim": 4}]})
+    model = write_yaml(
+        tmp_path / "m.yaml",
+        {
+            "features": [{"name": "h", "type": "array<int64>"}],
+            "tables": [{"name": "t", "features": ["h"], "hash_size": 64, "dim": 4}],
+        },
+    )
     stats = load_stats(run_profile(model, tmp_path / "logs", tmp_path / "stats"))
     assert stats.metadata.pooling_outliers == {"h": 5000}
     assert [p.rsplit("/", 1)[-1] for p in stats.metadata.skipped_files] == ["part-1.parquet"]
     assert _by(stats, "features", "feature")["h"]["pf_p99"] <= 3
 
 
+@pytest.mark.slow
 def test_both_parquet_readers_count_messy_files_alike_and_right(spark, tmp_path):
     """Two files with other integer widths (int32 ids), hex ids (bad, empty, upper case, leading
     zeros), string lists with empty and null ids, and a file without one of the columns: the
     pyarrow reader and Spark's give the same statistics, which match a count by hand."""
     (tmp_path / "logs").mkdir()
-    pq.write_table(pa.table({
-        "i": pa.array([1, 2, None, 2], pa.int32()),
-        "h": pa.array(["0a", "A", "zz", ""], pa.string()),
-        "tags": pa.array([["x", "", None], None, ["y", "x"], []], pa.list_(pa.string()))}),
-        tmp_path / "logs" / "part-0.parquet")
-    pq.write_table(pa.table({
-        "i": pa.array([7], pa.int32()), "h": pa.array(["00a"], pa.string()),
-        "tags": pa.array([["y"]], pa.list_(pa.string()))}), tmp_path / "logs" / "part-1.parquet")
-    model = write_yaml(tmp_path / "m.yaml", {
-        "features": [{"name": "i", "type": "int64"}, {"name": "h", "type": "hex"},
-                     {"name": "tags", "type": "array<string>"}],
-        "tables": [{"name": "ti", "features": ["i"], "hash_size": 100, "dim": 4},
-                   {"name": "th", "features": ["h"], "hash_size": 100, "dim": 4},
-                   {"name": "tt", "features": ["tags"], "hash_size": 1 << 30, "dim": 4, "hash": "xxhash64"}]})
-    runs = {reader: load_stats(run_profile(model, tmp_path / "logs", tmp_path / reader, "2026-12-01",
-                                           "--max-reject-fraction", "1", "--parquet-reader", reader))
-            for reader in ("arrow", "spark")}
+    pq.write_table(
+        pa.table(
+            {
+                "i": pa.array([1, 2, None, 2], pa.int32()),
+                "h": pa.array(["0a", "A", "zz", ""], pa.string()),
+                "tags": pa.array([["x", "", None], None, ["y", "x"], []], pa.list_(pa.string())),
+            }
+        ),
+        tmp_path / "logs" / "part-0.parquet",
+    )
+    pq.write_table(
+        pa.table(
+            {
+                "i": pa.array([7], pa.int32()),
+                "h": pa.array(["00a"], pa.string()),
+                "tags": pa.array([["y"]], pa.list_(pa.string())),
+            }
+        ),
+        tmp_path / "logs" / "part-1.parquet",
+    )
+    model = write_yaml(
+        tmp_path / "m.yaml",
+        {
+            "features": [
+                {"name": "i", "type": "int64"},
+                {"name": "h", "type": "hex"},
+                {"name": "tags", "type": "array<string>"},
+            ],
+            "tables": [
+                {"name": "ti", "features": ["i"], "hash_size": 100, "dim": 4},
+                {"name": "th", "features": ["h"], "hash_size": 100, "dim": 4},
+                {"name": "tt", "features": ["tags"], "hash_size": 1 << 30, "dim": 4, "hash": "xxhash64"},
+            ],
+        },
+    )
+    runs = {
+        reader: load_stats(
+            run_profile(
+                model,
+                tmp_path / "logs",
+                tmp_path / reader,
+                "2026-12-01",
+                "--max-reject-fraction",
+                "1",
+                "--parquet-reader",
+                reader,
+            )
+        )
+        for reader in ("arrow", "spark")
+    }
     for name in ("features", "tables", "count_of_counts", "pooling_histogram", "rejects"):
         assert runs["arrow"].rows(name) == runs["spark"].rows(name), name
     f = _by(runs["arrow"], "features", "feature")
@@ -405,8 +557,11 @@ def test_both_parquet_readers_count_messy_files_alike_and_right(spark, tmp_path)
     # 0a, 00a (both 10) and A (10 as well): one id seen three times; zz rejected, "" absent
     assert (f["h"]["total_accesses"], f["h"]["unique_raw_ids"], f["h"]["rejected_values"]) == (3, 1, 1)
     assert (f["tags"]["total_accesses"], f["tags"]["unique_raw_ids"], f["tags"]["null_ids"]) == (4, 2, 2)
-    pooling = {r["pooling_factor"]: r["samples"] for r in runs["arrow"].rows("pooling_histogram")
-               if r["feature"] == "tags"}
+    pooling = {
+        r["pooling_factor"]: r["samples"]
+        for r in runs["arrow"].rows("pooling_histogram")
+        if r["feature"] == "tags"
+    }
     assert pooling == {0: 2, 1: 2, 2: 1}
 
 
@@ -416,11 +571,42 @@ def test_a_file_without_the_feature_columns_still_counts_its_samples(spark, tmp_
     where every feature is absent, with either reader."""
     (tmp_path / "logs").mkdir()
     pq.write_table(pa.table({"a": pa.array([1, 2, 2], pa.int64())}), tmp_path / "logs" / "part-0.parquet")
-    pq.write_table(pa.table({"other": pa.array(list(range(5)), pa.int64())}), tmp_path / "logs" / "part-1.parquet")
-    model = write_yaml(tmp_path / "m.yaml", {"features": [{"name": "a", "type": "int64"}],
-                                             "tables": [{"name": "t", "features": ["a"], "hash_size": 10, "dim": 4}]})
-    stats = load_stats(run_profile(model, tmp_path / "logs", tmp_path / "stats", "2026-12-01",
-                                   "--parquet-reader", reader))
+    pq.write_table(
+        pa.table({"other": pa.array(list(range(5)), pa.int64())}), tmp_path / "logs" / "part-1.parquet"
+    )
+    model = write_yaml(
+        tmp_path / "m.yaml",
+        {
+            "features": [{"name": "a", "type": "int64"}],
+            "tables": [{"name": "t", "features": ["a"], "hash_size": 10, "dim": 4}],
+        },
+    )
+    stats = load_stats(
+        run_profile(model, tmp_path / "logs", tmp_path / "stats", "2026-12-01", "--parquet-reader", reader)
+    )
     row = _by(stats, "features", "feature")["a"]
     assert stats.metadata.num_samples == 8
     assert (row["present_samples"], row["total_accesses"], row["coverage"]) == (3, 3, 3 / 8)
+
+
+def test_a_stage_runs_with_its_settings_and_gives_the_session_its_own_back(spark):
+    """Stages share one session in a process: what one sets for its reads ends with it, also
+    when it fails."""
+    key = "spark.sql.csv.parser.columnPruning.enabled"
+    spark.conf.set(key, "true")
+    seen = {}
+
+    @with_spark_settings(READ_SETTINGS)
+    def stage(session):
+        seen.update({k: session.conf.get(k) for k in READ_SETTINGS})
+        raise RuntimeError("the stage failed")
+
+    try:
+        with pytest.raises(RuntimeError, match="the stage failed"):
+            stage(spark)
+        assert seen == READ_SETTINGS
+        assert spark.conf.get(key) == "true"  # set before: set back
+        inference = "spark.sql.sources.partitionColumnTypeInference.enabled"
+        assert spark.conf.get(inference) == "true"  # not set before: Spark's default again
+    finally:
+        spark.conf.unset(key)

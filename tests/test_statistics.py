@@ -1,8 +1,13 @@
 import numpy as np
 import pytest
 
-from recshard_stats.distributions import (CountOfCounts, access_cdf, breakpoint_rows, expected_unique_rows,
-                                       pooling_stats)
+from recshard_stats.distributions import (
+    CountOfCounts,
+    access_cdf,
+    breakpoint_rows,
+    expected_unique_rows,
+    pooling_stats,
+)
 
 
 def test_pooling_stats_against_numpy():

@@ -9,24 +9,34 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is not installed (scripts/setup.sh installs the torchrec extra)")
+torch = pytest.importorskip(
+    "torch", reason="torch is not installed (scripts/setup.sh installs the torchrec extra)"
+)
 torchrec = pytest.importorskip("torchrec", reason="torchrec is not installed (scripts/setup.sh installs it)")
 
-from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor, PoolingType  # noqa: E402
+from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor, PoolingType
 
-from recshard_stats.errors import RecShardError  # noqa: E402
-from recshard_stats.manifest import (GpuPlacement, Manifest, ManifestFile, RemapFile, load_manifest,  # noqa: E402
-                                     sha256_data)
-from recshard_stats.torchrec import (FUSED, FUSED_UVM, StaticSplitEmbeddingBagCollection, sharding_plan,  # noqa: E402
-                                     split_parts, split_state_dict, unsplit_state_dict)
-from tests.conftest import ROOT  # noqa: E402
+from recshard_stats.costmodel import ComputeKernel
+from recshard_stats.errors import RecShardError
+from recshard_stats.manifest import GpuPlacement, Manifest, RemapFile
+from recshard_stats.manifest_loader import ManifestFile, load_manifest, sha256_data
+from recshard_stats.torchrec_trainer import (
+    StaticSplitEmbeddingBagCollection,
+    sharding_plan,
+    split_parts,
+    split_state_dict,
+    unsplit_state_dict,
+)
+from tests.conftest import ROOT
 
 # name, features, gpu, hash_size, dim, rows_hbm, unique_rows
-TABLES = [("a", ("fa",), 0, 50, 8, 20, 30),          # both tiers, seen rows in both
-          ("b", ("fb",), 1, 40, 8, 40, 25),          # wholly in HBM
-          ("c", ("fc",), 1, 30, 4, 0, 12),           # wholly in UVM
-          ("d", ("d1", "d2"), 0, 60, 8, 45, 35),     # shared; HBM holds every seen row and 10 unseen ones
-          ("e", ("fe",), 1, 20, 4, 5, 0)]            # never seen: the remap is empty
+TABLES = [
+    ("a", ("fa",), 0, 50, 8, 20, 30),  # both tiers, seen rows in both
+    ("b", ("fb",), 1, 40, 8, 40, 25),  # wholly in HBM
+    ("c", ("fc",), 1, 30, 4, 0, 12),  # wholly in UVM
+    ("d", ("d1", "d2"), 0, 60, 8, 45, 35),  # shared; HBM holds every seen row and 10 unseen ones
+    ("e", ("fe",), 1, 20, 4, 5, 0),
+]  # never seen: the remap is empty
 
 
 def _manifest_dir(tmp_path) -> ManifestFile:
@@ -41,17 +51,38 @@ def _manifest_dir(tmp_path) -> ManifestFile:
         seen = rng.choice(hash_size, unique, replace=False)
         part = directory / "remap" / f"{name}.parquet"
         part.mkdir()
-        remap = {"row": pa.array(seen, pa.int64()), "index": pa.array(rng.permutation(unique), pa.int64()),
-                 "access_count": pa.array(np.ones(unique), pa.int64())}
+        remap = {
+            "row": pa.array(seen, pa.int64()),
+            "index": pa.array(rng.permutation(unique), pa.int64()),
+            "access_count": pa.array(np.ones(unique), pa.int64()),
+        }
         pq.write_table(pa.table(remap), part / "part-0.parquet")
-        tables.append(dataclasses.replace(
-            template, name=name, features=features, gpu=gpu, hash_size=hash_size, dim=dim, rows_hbm=rows_hbm,
-            rows_uvm=hash_size - rows_hbm, unique_rows=unique, unused_rows=hash_size - unique,
-            feature_pooling=(1.0,) * len(features),
-            remap=RemapFile(f"remap/{name}.parquet", sha256_data(part), unique)))
-    gpus = tuple(GpuPlacement(g, tuple(t.name for t in tables if t.gpu == g),
-                              int(sum(t.rows_hbm * t.row_bytes for t in tables if t.gpu == g)), 10**6,
-                              sum(t.predicted_cost_ms for t in tables if t.gpu == g)) for g in range(2))
+        tables.append(
+            dataclasses.replace(
+                template,
+                name=name,
+                features=features,
+                gpu=gpu,
+                hash_size=hash_size,
+                dim=dim,
+                rows_hbm=rows_hbm,
+                rows_uvm=hash_size - rows_hbm,
+                unique_rows=unique,
+                unused_rows=hash_size - unique,
+                feature_pooling=(1.0,) * len(features),
+                remap=RemapFile(f"remap/{name}.parquet", sha256_data(part), unique),
+            )
+        )
+    gpus = tuple(
+        GpuPlacement(
+            g,
+            tuple(t.name for t in tables if t.gpu == g),
+            int(sum(t.rows_hbm * t.row_bytes for t in tables if t.gpu == g)),
+            10**6,
+            sum(t.predicted_cost_ms for t in tables if t.gpu == g),
+        )
+        for g in range(2)
+    )
     plan = dataclasses.replace(base.plan, objective_ms=max(g.predicted_cost_ms for g in gpus), baselines=())
     manifest = dataclasses.replace(base, tables=tuple(tables), gpus=gpus, plan=plan)
     (directory / "manifest.json").write_text(manifest.to_json())
@@ -65,9 +96,18 @@ def loaded(tmp_path):
 
 def _unsplit(loaded, pooling) -> EmbeddingBagCollection:
     torch.manual_seed(1)
-    return EmbeddingBagCollection(tables=[
-        EmbeddingBagConfig(name=t.name, embedding_dim=t.dim, num_embeddings=t.hash_size, feature_names=list(t.features),
-                           pooling=pooling) for t in loaded.manifest.tables])
+    return EmbeddingBagCollection(
+        tables=[
+            EmbeddingBagConfig(
+                name=t.name,
+                embedding_dim=t.dim,
+                num_embeddings=t.hash_size,
+                feature_names=list(t.features),
+                pooling=pooling,
+            )
+            for t in loaded.manifest.tables
+        ]
+    )
 
 
 def _split(loaded, pooling, unsplit) -> StaticSplitEmbeddingBagCollection:
@@ -87,7 +127,9 @@ def _batch(loaded, rng, batch=16) -> KeyedJaggedTensor:
             keys.append(f)
             lengths.append(torch.as_tensor(n))
             values.append(torch.as_tensor(rng.integers(0, t.hash_size, int(n.sum()))))
-    return KeyedJaggedTensor.from_lengths_sync(keys=keys, values=torch.cat(values), lengths=torch.cat(lengths))
+    return KeyedJaggedTensor.from_lengths_sync(
+        keys=keys, values=torch.cat(values), lengths=torch.cat(lengths)
+    )
 
 
 def test_split_layout_and_its_sharding_plan(loaded):
@@ -95,7 +137,11 @@ def test_split_layout_and_its_sharding_plan(loaded):
     assert sorted(parts) == ["a__hbm", "a__uvm", "b", "c", "d__hbm", "d__uvm", "e__hbm", "e__uvm"]
     assert (parts["a__hbm"].rows, parts["a__uvm"].rows, parts["a__uvm"].first_row) == (20, 30, 20)
     assert (parts["b"].kernel, parts["c"].kernel, parts["a__hbm"].kernel, parts["a__uvm"].kernel) == (
-        FUSED, FUSED_UVM, FUSED, FUSED_UVM)
+        ComputeKernel.FUSED,
+        ComputeKernel.FUSED_UVM,
+        ComputeKernel.FUSED,
+        ComputeKernel.FUSED_UVM,
+    )
     plan = sharding_plan(loaded.manifest, "sparse.ebc.collection")
     module_plan = plan.plan["sparse.ebc.collection"]
     for name, p in parts.items():
@@ -104,7 +150,7 @@ def test_split_layout_and_its_sharding_plan(loaded):
         assert sharding.compute_kernel == p.kernel
         assert sharding.sharding_spec.shards[0].shard_sizes[0] == p.rows
     cpu = sharding_plan(loaded.manifest, device_type="cpu").plan[""]
-    assert {s.compute_kernel for s in cpu.values()} == {FUSED}
+    assert {s.compute_kernel for s in cpu.values()} == {ComputeKernel.FUSED}
 
 
 def test_a_table_cut_into_column_shards_is_column_wise_on_their_ranks(loaded):
@@ -116,34 +162,59 @@ def test_a_table_cut_into_column_shards_is_column_wise_on_their_ranks(loaded):
 
     m = loaded.manifest
     a = m.table("a")
-    cut = dataclasses.replace(a, column_shards=(
-        ColumnShard(0, 0, 4, a.predicted_cost_ms / 2, a.trainer_buffer_bytes // 2),
-        ColumnShard(1, 4, 4, a.predicted_cost_ms / 2, a.trainer_buffer_bytes - a.trainer_buffer_bytes // 2)))
+    cut = dataclasses.replace(
+        a,
+        column_shards=(
+            ColumnShard(0, 0, 4, a.predicted_cost_ms / 2, a.trainer_buffer_bytes // 2),
+            ColumnShard(
+                1, 4, 4, a.predicted_cost_ms / 2, a.trainer_buffer_bytes - a.trainer_buffer_bytes // 2
+            ),
+        ),
+    )
     tables = tuple(cut if t.name == "a" else t for t in m.tables)
-    gpus = tuple(dataclasses.replace(
-        g, tables=tuple(t.name for t in tables if g.rank in t.ranks),
-        hbm_bytes_used=int(sum(t.rows_hbm * t.row_bytes * p.share for t in tables for p in t.gpu_parts
-                               if p.gpu == g.rank)),
-        predicted_cost_ms=sum(p.predicted_cost_ms for t in tables for p in t.gpu_parts if p.gpu == g.rank))
-        for g in m.gpus)
+    gpus = tuple(
+        dataclasses.replace(
+            g,
+            tables=tuple(t.name for t in tables if g.rank in t.ranks),
+            hbm_bytes_used=int(
+                sum(
+                    t.rows_hbm * t.row_bytes * p.share for t in tables for p in t.gpu_parts if p.gpu == g.rank
+                )
+            ),
+            predicted_cost_ms=sum(
+                p.predicted_cost_ms for t in tables for p in t.gpu_parts if p.gpu == g.rank
+            ),
+        )
+        for g in m.gpus
+    )
     plan = dataclasses.replace(m.plan, objective_ms=max(g.predicted_cost_ms for g in gpus))
     manifest = Manifest.from_json(dataclasses.replace(m, tables=tables, gpus=gpus, plan=plan).to_json())
     # both shards on one GPU, or columns that do not add up to the dim: refused, naming the table
     same_gpu = (cut.column_shards[0], dataclasses.replace(cut.column_shards[1], gpu=0))
     with pytest.raises(RecShardError, match=r"table 'a': column shards on GPUs \[0, 0\] must be two or more"):
-        dataclasses.replace(manifest, tables=tuple(dataclasses.replace(t, column_shards=same_gpu) if t.name == "a"
-                                                   else t for t in manifest.tables))
+        dataclasses.replace(
+            manifest,
+            tables=tuple(
+                dataclasses.replace(t, column_shards=same_gpu) if t.name == "a" else t
+                for t in manifest.tables
+            ),
+        )
     short = (cut.column_shards[0], dataclasses.replace(cut.column_shards[1], columns=3))
     with pytest.raises(RecShardError, match="table 'a': its column shards hold 7 columns, its dim is 8"):
-        dataclasses.replace(manifest, tables=tuple(dataclasses.replace(t, column_shards=short) if t.name == "a"
-                                                   else t for t in manifest.tables))
+        dataclasses.replace(
+            manifest,
+            tables=tuple(
+                dataclasses.replace(t, column_shards=short) if t.name == "a" else t for t in manifest.tables
+            ),
+        )
     assert manifest.table("a").ranks == (0, 1) and [t.name for t in manifest.tables_on(1)][:1] == ["a"]
     module_plan = sharding_plan(manifest, device_type="cpu").plan[""]
     for name, rows in (("a__hbm", 20), ("a__uvm", 30)):
         sharding = module_plan[name]
         assert sharding.sharding_type == "column_wise" and sharding.ranks == [0, 1]
-        assert [(s.shard_sizes, s.shard_offsets, s.placement.rank())
-                for s in sharding.sharding_spec.shards] == [([rows, 4], [0, 0], 0), ([rows, 4], [0, 4], 1)]
+        assert [
+            (s.shard_sizes, s.shard_offsets, s.placement.rank()) for s in sharding.sharding_spec.shards
+        ] == [([rows, 4], [0, 0], 0), ([rows, 4], [0, 4], 1)]
     exported = torchrec_plan(manifest)["tables"]
     assert (exported["a"]["sharding_type"], exported["a"]["ranks"]) == ("column_wise", [0, 1])
     assert (exported["b"]["sharding_type"], exported["b"]["ranks"]) == ("table_wise", [1])
@@ -166,7 +237,9 @@ def test_split_equals_unsplit_forward_and_backward(loaded, pooling):
         (got.values() * weight).sum().backward()
         grads = unsplit_state_dict(loaded, {k: v.grad for k, v in split.collection.named_parameters()})
         for t in loaded.manifest.tables:
-            torch.testing.assert_close(grads[t.name], unsplit.embedding_bags[t.name].weight.grad, rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(
+                grads[t.name], unsplit.embedding_bags[t.name].weight.grad, rtol=1e-6, atol=1e-6
+            )
 
 
 def test_twenty_sgd_steps_give_the_same_losses_and_weights(loaded):
@@ -175,11 +248,11 @@ def test_twenty_sgd_steps_give_the_same_losses_and_weights(loaded):
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.5) for m in (unsplit, split)]
     rng = np.random.default_rng(3)
     target = torch.as_tensor(rng.normal(size=(16, 8 + 8 + 4 + 8 + 8 + 4)), dtype=torch.float32)
-    losses = {0: [], 1: []}
+    losses: dict[int, list[float]] = {0: [], 1: []}
     batches = [_batch(loaded, rng) for _ in range(2)]
     for step in range(20):
         kjt = batches[step % 2]
-        for i, (model, optimizer) in enumerate(zip((unsplit, split), optimizers)):
+        for i, (model, optimizer) in enumerate(zip((unsplit, split), optimizers, strict=True)):
             optimizer.zero_grad()
             loss = ((model(kjt).values() - target) ** 2).mean()
             loss.backward()
@@ -189,7 +262,9 @@ def test_twenty_sgd_steps_give_the_same_losses_and_weights(loaded):
     assert losses[0][-2] < losses[0][0] and losses[0][-1] < losses[0][1]  # it trained
     back = unsplit_state_dict(loaded, split.collection.state_dict())
     for t in loaded.manifest.tables:
-        torch.testing.assert_close(back[t.name], unsplit.embedding_bags[t.name].weight.detach(), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(
+            back[t.name], unsplit.embedding_bags[t.name].weight.detach(), rtol=1e-5, atol=1e-6
+        )
 
 
 def _dmp_worker(rank: int, world: int, port: int, manifest_dir: str, results) -> None:
@@ -208,17 +283,20 @@ def _dmp_worker(rank: int, world: int, port: int, manifest_dir: str, results) ->
         loaded = load_manifest(manifest_dir)
         model = StaticSplitEmbeddingBagCollection(loaded, device=torch.device("meta"))
         plan = sharding_plan(loaded.manifest, "collection", device_type="cpu")
-        dmp = DistributedModelParallel(model, env=ShardingEnv.from_process_group(dist.group.WORLD), plan=plan,
-                                       device=torch.device("cpu"))
+        dmp = DistributedModelParallel(
+            model, env=ShardingEnv.from_process_group(dist.group.WORLD), plan=plan, device=torch.device("cpu")
+        )
         generator = torch.Generator().manual_seed(0)
-        weights = {t.name: torch.randn(t.hash_size, t.dim, generator=generator) for t in loaded.manifest.tables}
+        weights = {
+            t.name: torch.randn(t.hash_size, t.dim, generator=generator) for t in loaded.manifest.tables
+        }
         split = split_state_dict(loaded, weights)
         owned = []
         for key, value in dmp.state_dict().items():
             name = key.split("collection.", 1)[1]
             for shard in value.local_shards():  # a whole table, or a column shard of one
                 (row, col), (rows, cols) = shard.metadata.shard_offsets, shard.metadata.shard_sizes
-                shard.tensor.copy_(split[name][row:row + rows, col:col + cols])
+                shard.tensor.copy_(split[name][row : row + rows, col : col + cols])
                 owned.append(name.split(".")[1])
         unsplit = _unsplit(loaded, PoolingType.SUM)
         unsplit.load_state_dict({f"embedding_bags.{name}.weight": w for name, w in weights.items()})
@@ -234,15 +312,39 @@ def _dmp_worker(rank: int, world: int, port: int, manifest_dir: str, results) ->
 @pytest.fixture(scope="module")
 def run_manifest(spark, tmp_path_factory):
     """The manifest `recshard run` leaves (the tests' small model, two GPUs short of HBM)."""
-    from helpers import SPEC, write_yaml
     from recshard_stats import cli
+    from tests.helpers import SPEC, write_yaml
 
     root = tmp_path_factory.mktemp("torchrec_run")
     spec = write_yaml(root / "spec.yaml", SPEC)
-    hw = write_yaml(root / "hw.yaml", {"num_gpus": 2, "hbm_per_gpu_bytes": 600_000, "hbm_reserved_fraction": 0.0,
-                                       "host_gib": 1, "batch_size": 64})
-    assert cli.main(["run", "--out", str(root / "run"), "--spec", str(spec), "--hardware", str(hw),
-                     "--samples", "20000", "--time-limit", "10"]) == 0
+    hw = write_yaml(
+        root / "hw.yaml",
+        {
+            "num_gpus": 2,
+            "hbm_per_gpu_bytes": 600_000,
+            "hbm_reserved_fraction": 0.0,
+            "host_gib": 1,
+            "batch_size": 64,
+        },
+    )
+    assert (
+        cli.main(
+            [
+                "run",
+                "--out",
+                str(root / "run"),
+                "--spec",
+                str(spec),
+                "--hardware",
+                str(hw),
+                "--samples",
+                "20000",
+                "--time-limit",
+                "10",
+            ]
+        )
+        == 0
+    )
     return root / "run" / "manifests" / "ds=2026-12-01"
 
 
@@ -260,10 +362,18 @@ def test_the_run_manifests_plan_drives_distributed_model_parallel_on_cpu(run_man
         port = s.getsockname()[1]
     context = mp.get_context("spawn")
     results = context.SimpleQueue()
-    mp.start_processes(_dmp_worker, args=(manifest.num_gpus, port, str(run_manifest), results),
-                       nprocs=manifest.num_gpus, start_method="spawn")
-    by_rank = dict((rank, (owned, error)) for rank, owned, error in (results.get() for _ in range(manifest.num_gpus)))
-    expected = {g: sorted(p.name for p in split_parts(manifest) if g in p.ranks) for g in range(manifest.num_gpus)}
+    mp.start_processes(
+        _dmp_worker,
+        args=(manifest.num_gpus, port, str(run_manifest), results),
+        nprocs=manifest.num_gpus,
+        start_method="spawn",
+    )
+    by_rank = {
+        rank: (owned, error) for rank, owned, error in (results.get() for _ in range(manifest.num_gpus))
+    }
+    expected = {
+        g: sorted(p.name for p in split_parts(manifest) if g in p.ranks) for g in range(manifest.num_gpus)
+    }
     for rank, (owned, error) in by_rank.items():
         assert owned == expected[rank]  # each table (part) lives on the manifest's rank
         assert error < 1e-5
@@ -273,7 +383,7 @@ def test_the_run_manifests_plan_drives_distributed_model_parallel_on_cpu(run_man
 def test_the_run_manifests_plan_fits_torchrecs_storage_estimate(run_manifest):
     from recshard_stats.solver.problem import build_problem
     from recshard_stats.stats_reader import load_stats
-    from recshard_stats.torchrec import rate_in_torchrec
+    from recshard_stats.torchrec_planner import rate_in_torchrec
 
     manifest = load_manifest(run_manifest).manifest
     problem = build_problem(load_stats(manifest.inputs.stats), manifest.model, manifest.hardware)
@@ -281,8 +391,10 @@ def test_the_run_manifests_plan_fits_torchrecs_storage_estimate(run_manifest):
     rating = rate_in_torchrec(problem, gpu, rows)
     assert rating.fits, (rating.hbm_needed, rating.hbm_usable)
     # the manifest's own account: rows and the trainer's buffers within the usable HBM
-    assert all(0 < g.trainer_buffer_bytes and g.hbm_bytes_used + g.trainer_buffer_bytes <= g.hbm_bytes_capacity
-               for g in manifest.gpus)
+    assert all(
+        g.trainer_buffer_bytes > 0 and g.hbm_bytes_used + g.trainer_buffer_bytes <= g.hbm_bytes_capacity
+        for g in manifest.gpus
+    )
     # TorchRec's own cache instead of the split needs its cache state in HBM too: a plan for the
     # split does not leave room for it
     assert not rate_in_torchrec(problem, gpu, rows, cache=True).fits
@@ -293,7 +405,10 @@ def test_unsplit_plans_use_torchrecs_cache_only_when_asked(loaded):
         sharding_plan(loaded.manifest, split=False)
     plan = sharding_plan(loaded.manifest, split=False, cache=True).plan[""]
     assert (plan["a"].compute_kernel, plan["b"].compute_kernel, plan["c"].compute_kernel) == (
-        "fused_uvm_caching", FUSED, FUSED_UVM)
+        "fused_uvm_caching",
+        ComputeKernel.FUSED,
+        ComputeKernel.FUSED_UVM,
+    )
     assert plan["a"].cache_params.load_factor == pytest.approx(20 / 50)
     assert plan["c"].cache_params is None and plan["a"].ranks == [0] and plan["c"].ranks == [1]
 
@@ -304,27 +419,33 @@ def test_torchrecs_planner_takes_the_measured_statistics(loaded):
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
 
-    from recshard_stats.torchrec import parameter_constraints, table_configs
+    from recshard_stats.torchrec_trainer import parameter_constraints, table_configs
 
     constraints = parameter_constraints(loaded.manifest)
     assert constraints["d"].pooling_factors == [1.0, 1.0] and constraints["d"].feature_names == ["d1", "d2"]
     assert constraints["a"].cache_params.load_factor == pytest.approx(30 / 50)  # rows the profile saw
-    collection = EmbeddingBagCollection(tables=table_configs(loaded.manifest, split=False), device=torch.device("meta"))
-    topology = Topology(world_size=2, compute_device="cuda", hbm_cap=200_000, ddr_cap=10**9, local_world_size=2)
+    collection = EmbeddingBagCollection(
+        tables=table_configs(loaded.manifest, split=False), device=torch.device("meta")
+    )
+    topology = Topology(
+        world_size=2, compute_device="cuda", hbm_cap=200_000, ddr_cap=10**9, local_world_size=2
+    )
     plan = EmbeddingShardingPlanner(topology=topology, batch_size=64, constraints=constraints).plan(
-        collection, [EmbeddingBagCollectionSharder()])
+        collection, [EmbeddingBagCollectionSharder()]
+    )
     planned = plan.plan[""]
     assert sorted(planned) == ["a", "b", "c", "d", "e"]
     assert all(set(p.ranks) <= {0, 1} for p in planned.values())
 
 
 def _problem():
-    from test_solver import random_problem
+    from tests.test_solver import random_problem
 
     problem = random_problem(12, 2, seed=4)
     # fp32 rows, as TorchRec's tables hold them; 4x the HBM keeps the same pressure
-    hw = dataclasses.replace(problem.hardware, hbm_bytes_per_gpu=problem.hardware.hbm_bytes_per_gpu * 4,
-                             batch_size=4096)
+    hw = dataclasses.replace(
+        problem.hardware, hbm_bytes_per_gpu=problem.hardware.hbm_bytes_per_gpu * 4, batch_size=4096
+    )
     tables = tuple(dataclasses.replace(t, row_bytes=4.0 * t.dim) for t in problem.tables)
     return dataclasses.replace(problem, tables=tables, hardware=hw)
 
@@ -332,34 +453,47 @@ def _problem():
 def test_torchrec_plans_are_costed_shard_by_shard_in_our_model():
     from recshard_stats.manifest import TorchRecShard as Shard
     from recshard_stats.solver.plan import Plan, cost_plan
-    from recshard_stats.torchrec import cost_torchrec_plan
+    from recshard_stats.torchrec_planner import cost_torchrec_plan
 
     problem = _problem()
-    whole = [Shard(t.name, "table_wise", FUSED, j % 2, t.hash_size, t.dim) for j, t in enumerate(problem.tables)]
-    expected = cost_plan(problem, Plan("p", tuple(j % 2 for j in range(12)), tuple(t.hash_size for t in problem.tables)))
+    whole = [
+        Shard(t.name, "table_wise", ComputeKernel.FUSED, j % 2, t.hash_size, t.dim)
+        for j, t in enumerate(problem.tables)
+    ]
+    expected = cost_plan(
+        problem, Plan("p", tuple(j % 2 for j in range(12)), tuple(t.hash_size for t in problem.tables))
+    )
     assert cost_torchrec_plan(problem, whole).gpu_cost == pytest.approx(expected.gpu_cost)
     # a table split in two row shards: each rank serves the lookups of its half; a cached one is
     # served from HBM as far as its hottest load-factor share of rows reaches; two column shards
     # each serve every lookup on half the bytes; a data-parallel table serves 1/G on each rank
     t = problem.tables[0]
     half = t.hash_size // 2
-    rows = [Shard(t.name, "row_wise", FUSED, 0, half, t.dim), Shard(t.name, "row_wise", FUSED, 1, t.hash_size - half, t.dim)]
+    rows = [
+        Shard(t.name, "row_wise", ComputeKernel.FUSED, 0, half, t.dim),
+        Shard(t.name, "row_wise", ComputeKernel.FUSED, 1, t.hash_size - half, t.dim),
+    ]
     full = problem.table_cost(0, t.hash_size)
     assert cost_torchrec_plan(problem, rows).gpu_cost == pytest.approx(
-        (half / t.hash_size * full, (t.hash_size - half) / t.hash_size * full))
+        (half / t.hash_size * full, (t.hash_size - half) / t.hash_size * full)
+    )
     cached = [Shard(t.name, "table_wise", "fused_uvm_caching", 1, t.hash_size, t.dim, cache_load_factor=0.1)]
-    assert cost_torchrec_plan(problem, cached).gpu_cost[1] == pytest.approx(problem.table_cost(0, 0.1 * t.hash_size))
-    columns = [Shard(t.name, "column_wise", FUSED_UVM, g, t.hash_size, t.dim // 2) for g in (0, 1)]
+    assert cost_torchrec_plan(problem, cached).gpu_cost[1] == pytest.approx(
+        problem.table_cost(0, 0.1 * t.hash_size)
+    )
+    columns = [
+        Shard(t.name, "column_wise", ComputeKernel.FUSED_UVM, g, t.hash_size, t.dim // 2) for g in (0, 1)
+    ]
     assert cost_torchrec_plan(problem, columns).gpu_cost == pytest.approx((problem.uvm_time(0) / 2,) * 2)
-    replicated = [Shard(t.name, "data_parallel", FUSED, g, t.hash_size, t.dim) for g in (0, 1)]
+    replicated = [Shard(t.name, "data_parallel", ComputeKernel.FUSED, g, t.hash_size, t.dim) for g in (0, 1)]
     assert cost_torchrec_plan(problem, replicated).gpu_cost == pytest.approx((full / 2,) * 2)
 
 
 def test_torchrecs_planner_is_a_baseline_rated_in_both_models():
+    from recshard_stats.solver.baselines import greedy
     from recshard_stats.solver.plan import cost_plan
     from recshard_stats.solver.solve import polish
-    from recshard_stats.solver.baselines import greedy
-    from recshard_stats.torchrec import rate_in_torchrec, torchrec_baselines
+    from recshard_stats.torchrec_planner import rate_in_torchrec, torchrec_baselines
 
     problem = _problem()
     results = {b.name: b for b in torchrec_baselines(problem)}
@@ -372,7 +506,9 @@ def test_torchrecs_planner_is_a_baseline_rated_in_both_models():
     rating = rate_in_torchrec(problem, plan.gpu, plan.rows_hbm)
     assert rating.rating_ms > 0
     weights = cost_plan(problem, plan).gpu_hbm_bytes
-    assert all(need >= w for need, w in zip(rating.hbm_needed, weights))  # weights and more (inputs, outputs)
+    assert all(
+        need >= w for need, w in zip(rating.hbm_needed, weights, strict=True)
+    )  # weights and more (inputs, outputs)
 
 
 def test_a_solved_plan_fits_torchrecs_storage_estimate():
@@ -380,18 +516,21 @@ def test_a_solved_plan_fits_torchrecs_storage_estimate():
     storage estimate for the same ranks and kernels (the static split's parts); the same solve
     without them fills HBM with rows and overflows it."""
     from recshard_stats.solver.solve import solve_problem
-    from recshard_stats.torchrec import rate_in_torchrec
+    from recshard_stats.torchrec_planner import rate_in_torchrec
 
     base = _problem()
-    with_buffers = dataclasses.replace(base, hardware=dataclasses.replace(
-        base.hardware, index_bytes=8, output_bytes_per_element=4))
+    with_buffers = dataclasses.replace(
+        base, hardware=dataclasses.replace(base.hardware, index_bytes=8, output_bytes_per_element=4)
+    )
     from recshard_stats.options import SolveOptions
 
     options = SolveOptions(solver="highs", time_limit_s=20, mip_gap=0.01)
     ratings = {}
     for name, problem in (("buffers", with_buffers), ("rows only", base)):
         plan = solve_problem(problem, options).best.plan
-        assert any(0 < h < t.hash_size for h, t in zip(plan.rows_hbm, problem.tables))  # split tables
+        assert any(
+            0 < h < t.hash_size for h, t in zip(plan.rows_hbm, problem.tables, strict=True)
+        )  # split tables
         ratings[name] = rate_in_torchrec(problem, plan.gpu, plan.rows_hbm)
     fitted, unfitted = ratings["buffers"], ratings["rows only"]
     assert fitted.fits, (fitted.hbm_needed, fitted.hbm_usable)
@@ -410,31 +549,51 @@ def test_torchrec_gets_its_bandwidths_in_bytes_per_ms():
     from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
     from torchrec.distributed.planner.types import ParameterConstraints
 
-    from recshard_stats.torchrec import _topology
+    from recshard_stats.torchrec_planner import _topology
 
     base = _problem()
-    problem = dataclasses.replace(base, hardware=dataclasses.replace(
-        base.hardware, hbm_bandwidth=HBM_MEM_BW * 1000, uvm_bandwidth=HBM_TO_DDR_MEM_BW * 1000))
+    problem = dataclasses.replace(
+        base,
+        hardware=dataclasses.replace(
+            base.hardware, hbm_bandwidth=HBM_MEM_BW * 1000, uvm_bandwidth=HBM_TO_DDR_MEM_BW * 1000
+        ),
+    )
     ours = _topology(problem)
     hw = problem.hardware
-    theirs = Topology(world_size=hw.num_gpus, compute_device="cuda", hbm_cap=hw.hbm_bytes_per_gpu,
-                      ddr_cap=hw.host_bytes // hw.num_gpus, local_world_size=hw.num_gpus)
-    assert ours.hbm_mem_bw == pytest.approx(HBM_MEM_BW) and ours.hbm_to_ddr_mem_bw == pytest.approx(HBM_TO_DDR_MEM_BW)
+    theirs = Topology(
+        world_size=hw.num_gpus,
+        compute_device="cuda",
+        hbm_cap=hw.hbm_bytes_per_gpu,
+        ddr_cap=hw.host_bytes // hw.num_gpus,
+        local_world_size=hw.num_gpus,
+    )
+    assert ours.hbm_mem_bw == pytest.approx(HBM_MEM_BW) and ours.hbm_to_ddr_mem_bw == pytest.approx(
+        HBM_TO_DDR_MEM_BW
+    )
     t = problem.tables[0]
-    collection = EmbeddingBagCollection(tables=[EmbeddingBagConfig(
-        name=t.name, embedding_dim=t.dim, num_embeddings=t.hash_size, feature_names=list(t.features))],
-        device=torch.device("meta"))
+    collection = EmbeddingBagCollection(
+        tables=[
+            EmbeddingBagConfig(
+                name=t.name, embedding_dim=t.dim, num_embeddings=t.hash_size, feature_names=list(t.features)
+            )
+        ],
+        device=torch.device("meta"),
+    )
     perf = {}
     for name, topology in (("ours", ours), ("theirs", theirs)):
-        for kernel in (FUSED, FUSED_UVM):
-            constraints = {t.name: ParameterConstraints(sharding_types=["table_wise"], compute_kernels=[kernel],
-                                                         pooling_factors=[5.0])}
+        for kernel in (ComputeKernel.FUSED, ComputeKernel.FUSED_UVM):
+            constraints = {
+                t.name: ParameterConstraints(
+                    sharding_types=["table_wise"], compute_kernels=[kernel], pooling_factors=[5.0]
+                )
+            }
             (option,) = EmbeddingEnumerator(topology, 1024, constraints).enumerate(
-                collection, [EmbeddingBagCollectionSharder()])
+                collection, [EmbeddingBagCollectionSharder()]
+            )
             perf[name, kernel] = option.shards[0].perf
-    for kernel in (FUSED, FUSED_UVM):
+    for kernel in (ComputeKernel.FUSED, ComputeKernel.FUSED_UVM):
         assert perf["ours", kernel].fwd_compute == pytest.approx(perf["theirs", kernel].fwd_compute, rel=1e-9)
         assert perf["ours", kernel].total == pytest.approx(perf["theirs", kernel].total, rel=1e-9)
     # and in TorchRec's unit: 1024 x 5 lookups of dim x 4 bytes from UVM at 32 GiB/s take about that long
     moved = 1024 * 5 * t.dim * 4
-    assert perf["ours", FUSED_UVM].fwd_compute >= moved / HBM_TO_DDR_MEM_BW
+    assert perf["ours", ComputeKernel.FUSED_UVM].fwd_compute >= moved / HBM_TO_DDR_MEM_BW

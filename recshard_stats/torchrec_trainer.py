@@ -1,0 +1,352 @@
+"""RecShard's plan run in a real TorchRec model, on the trainer's side (the ``torchrec`` extra;
+``scripts/setup.sh`` installs it on CPU). With :mod:`recshard_stats.torchrec_planner` the only
+modules that import torchrec.
+
+- :func:`sharding_plan`: a manifest -> TorchRec ``ShardingPlan``, ``table_wise`` on each
+  table's rank. With the static split (the default) a table with rows in both tiers becomes two
+  tables: ``<table>__hbm`` (its ``rows_hbm`` hottest rows, kernel ``fused``, in HBM) and
+  ``<table>__uvm`` (the rest, ``fused_uvm``); a table wholly in HBM is ``fused``, wholly in UVM
+  ``fused_uvm``. ``cache=True`` plans the unsplit tables with TorchRec's own LRU/LFU cache
+  instead (``fused_uvm_caching``, load factor = the HBM share of rows).
+- :class:`StaticSplitEmbeddingBagCollection`: RecShard's static hot/cold split, executable. It
+  rewrites a ``KeyedJaggedTensor``'s ids through the remap into the two parts and adds their
+  pooled outputs back, so the model sees exactly what the unsplit table gives (sum pooling;
+  mean pooling divides by the original lengths).
+- :func:`split_state_dict` / :func:`unsplit_state_dict`: an unsplit table's weights (a
+  checkpoint) into the split layout and back.
+
+On CPU, TorchRec runs the ``fused`` kernel only: ``sharding_plan(..., device_type="cpu")`` maps
+every kernel to it (the placement is the same); ``fused_uvm`` and the HBM/UVM split need GPUs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+from torch import nn
+from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor, KeyedTensor, PoolingType
+from torchrec.distributed.planner.types import ParameterConstraints
+from torchrec.distributed.sharding_plan import column_wise, construct_module_sharding_plan, table_wise
+from torchrec.distributed.types import CacheParams, CacheStatistics, ShardingPlan
+
+from recshard_stats.costmodel import ComputeKernel
+from recshard_stats.export import unsplit_kernel
+from recshard_stats.manifest import Manifest, TablePlacement
+from recshard_stats.manifest_loader import ManifestFile
+from recshard_stats.solver.problem import TableDemand
+
+HBM_SUFFIX, UVM_SUFFIX = "__hbm", "__uvm"
+
+
+@dataclasses.dataclass(frozen=True)
+class TablePart:
+    """One TorchRec table of the split layout: all of a manifest table, or its HBM or UVM part."""
+
+    name: str
+    table: str  # the manifest table it comes from
+    rows: int
+    first_row: int  # its row 0 is this position of the table's remap order
+    ranks: tuple[int, ...]  # one rank (table_wise), or the table's column shards' ranks (column_wise)
+    kernel: str
+    features: tuple[str, ...]
+
+
+def is_split(t: TablePlacement) -> bool:
+    """Rows in both tiers: the table becomes an HBM part and a UVM part."""
+    return t.rows_hbm > 0 and t.rows_uvm > 0
+
+
+def table_parts(
+    name: str, features: tuple[str, ...], hash_size: int, rows_hbm: int, ranks: tuple[int, ...]
+) -> list[TablePart]:
+    """One table in the split layout: itself whole (``fused`` or ``fused_uvm``), or its HBM part
+    then its UVM part when it has rows in both tiers; each part on the table's ranks (column
+    shards of a table cut column-wise hold the same rows)."""
+    if rows_hbm in (0, hash_size):
+        return [TablePart(name, name, hash_size, 0, ranks, unsplit_kernel(rows_hbm, hash_size)[0], features)]
+    return [
+        TablePart(
+            name + HBM_SUFFIX,
+            name,
+            rows_hbm,
+            0,
+            ranks,
+            ComputeKernel.FUSED,
+            tuple(f + HBM_SUFFIX for f in features),
+        ),
+        TablePart(
+            name + UVM_SUFFIX,
+            name,
+            hash_size - rows_hbm,
+            rows_hbm,
+            ranks,
+            ComputeKernel.FUSED_UVM,
+            tuple(f + UVM_SUFFIX for f in features),
+        ),
+    ]
+
+
+def split_parts(manifest: Manifest) -> list[TablePart]:
+    """The tables of the split layout, in manifest order (a table's HBM part before its UVM part)."""
+    return [
+        p for t in manifest.tables for p in table_parts(t.name, t.features, t.hash_size, t.rows_hbm, t.ranks)
+    ]
+
+
+def _layout(ranks: tuple[int, ...], kernel: str):
+    """``table_wise`` on one rank, ``column_wise`` (equal widths, in column order) on several."""
+    if len(ranks) == 1:
+        return table_wise(rank=ranks[0], compute_kernel=kernel)
+    return column_wise(ranks=list(ranks), compute_kernel=kernel)
+
+
+def table_configs(manifest: Manifest, *, split: bool = True) -> list[EmbeddingBagConfig]:
+    """EmbeddingBagConfigs of the split layout (sum pooling: the split module pools itself),
+    or of the unsplit tables."""
+    if split:
+        dims = {t.name: t.dim for t in manifest.tables}
+        return [
+            EmbeddingBagConfig(
+                name=p.name,
+                embedding_dim=dims[p.table],
+                num_embeddings=p.rows,
+                feature_names=list(p.features),
+                pooling=PoolingType.SUM,
+            )
+            for p in split_parts(manifest)
+        ]
+    return whole_table_configs(manifest.tables)
+
+
+def whole_table_configs(tables) -> list[EmbeddingBagConfig]:
+    """One sum-pooled EmbeddingBagConfig per table (manifest or solver tables: name, dim,
+    hash_size, features)."""
+    return [
+        EmbeddingBagConfig(
+            name=t.name,
+            embedding_dim=t.dim,
+            num_embeddings=t.hash_size,
+            feature_names=list(t.features),
+            pooling=PoolingType.SUM,
+        )
+        for t in tables
+    ]
+
+
+def sharding_plan(
+    manifest: Manifest,
+    module_path: str = "",
+    *,
+    split: bool = True,
+    cache: bool = False,
+    local_world_size: int | None = None,
+    device_type: str = "cuda",
+    module: EmbeddingBagCollection | None = None,
+) -> ShardingPlan:
+    """The manifest's placement as a TorchRec ``ShardingPlan`` for the EmbeddingBagCollection at
+    ``module_path`` in the model (the split layout's collection by default: ``split=True``).
+
+    ``local_world_size``: ranks per host (default: all on one host). ``device_type="cpu"``:
+    every kernel becomes ``fused``, the one TorchRec runs on CPU."""
+    if module is None:
+        module = EmbeddingBagCollection(
+            tables=table_configs(manifest, split=split), device=torch.device("meta")
+        )
+    per_table = {}
+    if split:
+        for p in split_parts(manifest):
+            per_table[p.name] = _layout(p.ranks, ComputeKernel.FUSED if device_type == "cpu" else p.kernel)
+    else:
+        for t in manifest.tables:
+            kernel, load_factor = unsplit_kernel(t.rows_hbm, t.hash_size)
+            if load_factor is not None and not cache:
+                raise ValueError(
+                    f"table {t.name!r} has rows in both tiers: plan it with split=True or cache=True"
+                )
+            per_table[t.name] = _layout(t.ranks, ComputeKernel.FUSED if device_type == "cpu" else kernel)
+            if load_factor is not None and device_type != "cpu":
+                per_table[t.name] = _with_cache(per_table[t.name], CacheParams(load_factor=load_factor))
+    plan = construct_module_sharding_plan(
+        module,
+        per_table,
+        local_size=local_world_size or manifest.num_gpus,
+        world_size=manifest.num_gpus,
+        device_type=device_type,
+    )
+    return ShardingPlan({module_path: plan})
+
+
+def _with_cache(generator, cache_params: CacheParams):
+    def generate(*args, **kwargs):
+        sharding = generator(*args, **kwargs)
+        sharding.cache_params = cache_params
+        return sharding
+
+    return generate
+
+
+def seen_share(unique_rows: int, hash_size: int) -> float:
+    """The cache load factor that holds every row the profile saw (TorchRec refuses 0)."""
+    return max(unique_rows / hash_size, 1e-6)
+
+
+def parameter_constraints(manifest: Manifest, *, cache: bool = True) -> dict[str, ParameterConstraints]:
+    """For teams that keep TorchRec's planner: per table, the measured pooling factors (mean ids
+    per sample of each feature) and, when ``cache``, cache statistics from the profile (load
+    factor = the share of rows the profile saw, which a cache holding them would need)."""
+    out = {}
+    for t in manifest.tables:
+        params = CacheParams(load_factor=seen_share(t.unique_rows, t.hash_size)) if cache else None
+        out[t.name] = ParameterConstraints(
+            pooling_factors=list(t.feature_pooling), feature_names=list(t.features), cache_params=params
+        )
+    return out
+
+
+class _Remap(nn.Module):
+    """Hashed row -> its position in the table's remap order (hot rows first), in torch."""
+
+    seen_rows: torch.Tensor
+    seen_index: torch.Tensor
+
+    def __init__(self, seen_rows: np.ndarray, seen_index: np.ndarray):
+        super().__init__()
+        self.register_buffer("seen_rows", torch.as_tensor(seen_rows, dtype=torch.int64), persistent=False)
+        self.register_buffer("seen_index", torch.as_tensor(seen_index, dtype=torch.int64), persistent=False)
+
+    def forward(self, rows: torch.Tensor) -> torch.Tensor:
+        seen = self.seen_rows.numel()
+        if seen == 0:
+            return rows
+        pos = torch.searchsorted(self.seen_rows, rows)
+        found = self.seen_rows[pos.clamp(max=seen - 1)] == rows
+        # a never-seen row comes after the seen ones, in row order
+        return torch.where(found, self.seen_index[pos.clamp(max=seen - 1)], seen + rows - pos)
+
+
+class StaticSplitEmbeddingBagCollection(nn.Module):
+    """What an unsplit EmbeddingBagCollection of the manifest's tables computes, over the split
+    layout: ``collection`` holds the HBM and UVM parts (shard it with :func:`sharding_plan`),
+    ``forward`` takes and returns what the unsplit collection would (ids are hashed rows)."""
+
+    def __init__(
+        self,
+        loaded: ManifestFile,
+        pooling: PoolingType | dict[str, PoolingType] = PoolingType.SUM,
+        device: torch.device | None = None,
+    ):
+        super().__init__()
+        manifest = loaded.manifest
+        self.tables = list(manifest.tables)
+        self.pooling = {
+            t.name: pooling.get(t.name, PoolingType.SUM) if isinstance(pooling, dict) else pooling
+            for t in manifest.tables
+        }
+        self.features = [f for t in manifest.tables for f in t.features]
+        self.remaps = nn.ModuleDict(
+            {
+                t.name: _Remap(*dataclasses.astuple(loaded.seen_remap(t.name)))
+                for t in manifest.tables
+                if is_split(t)
+            }
+        )
+        self.collection = EmbeddingBagCollection(tables=table_configs(manifest), device=device)
+
+    def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
+        by_feature = features.to_dict()
+        keys, values, lengths = [], [], []
+        for t in self.tables:
+            for f in t.features:
+                ids, bag_lengths = by_feature[f].values(), by_feature[f].lengths()
+                if not is_split(t):
+                    keys.append(f)
+                    values.append(ids)
+                    lengths.append(bag_lengths)
+                    continue
+                index = self.remaps[t.name](ids)
+                hot = index < t.rows_hbm
+                bag = torch.repeat_interleave(
+                    torch.arange(bag_lengths.numel(), device=ids.device), bag_lengths
+                )
+                hot_lengths = torch.bincount(bag[hot], minlength=bag_lengths.numel())
+                keys += [f + HBM_SUFFIX, f + UVM_SUFFIX]
+                values += [index[hot], index[~hot] - t.rows_hbm]
+                lengths += [hot_lengths, bag_lengths - hot_lengths]
+        pooled = self.collection(
+            KeyedJaggedTensor.from_lengths_sync(
+                keys=keys, values=torch.cat(values), lengths=torch.cat(lengths)
+            )
+        ).to_dict()
+        out = []
+        for t in self.tables:
+            for f in t.features:
+                total = pooled[f + HBM_SUFFIX] + pooled[f + UVM_SUFFIX] if is_split(t) else pooled[f]
+                if self.pooling[t.name] == PoolingType.MEAN:
+                    total = total / by_feature[f].lengths().clamp(min=1).unsqueeze(1).to(total.dtype)
+                out.append(total)
+        return KeyedTensor.from_tensor_list(keys=self.features, tensors=out)
+
+
+def _new_index(loaded: ManifestFile, t: TablePlacement) -> np.ndarray:
+    return loaded.new_index(t.name, np.arange(t.hash_size, dtype=np.int64))
+
+
+def split_state_dict(loaded: ManifestFile, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Unsplit weights (table name -> [hash_size, dim]) -> the split collection's state dict."""
+    out = {}
+    for t in loaded.manifest.tables:
+        w = weights[t.name]
+        if not is_split(t):
+            out[f"embedding_bags.{t.name}.weight"] = w
+            continue
+        ordered = torch.empty_like(w)
+        ordered[torch.as_tensor(_new_index(loaded, t))] = w  # row r goes to its remap position
+        out[f"embedding_bags.{t.name}{HBM_SUFFIX}.weight"] = ordered[: t.rows_hbm].clone()
+        out[f"embedding_bags.{t.name}{UVM_SUFFIX}.weight"] = ordered[t.rows_hbm :].clone()
+    return out
+
+
+def unsplit_state_dict(loaded: ManifestFile, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The split collection's state dict -> unsplit weights (table name -> [hash_size, dim])."""
+    out = {}
+    for t in loaded.manifest.tables:
+        if not is_split(t):
+            out[t.name] = state[f"embedding_bags.{t.name}.weight"]
+            continue
+        ordered = torch.cat(
+            [
+                state[f"embedding_bags.{t.name}{HBM_SUFFIX}.weight"],
+                state[f"embedding_bags.{t.name}{UVM_SUFFIX}.weight"],
+            ]
+        )
+        out[t.name] = ordered[torch.as_tensor(_new_index(loaded, t))]
+    return out
+
+
+class ProfiledCacheStatistics(CacheStatistics):
+    """TorchRec's cache statistics from the profile: a cache holding a share ``clf`` of a table's
+    rows is taken to hold its hottest rows, so it misses ``1 - F(clf * hash_size)`` of lookups
+    (the access CDF, with the unseen-row estimate of docs/design.md)."""
+
+    def __init__(self, table: TableDemand):
+        self.table = table
+
+    @property
+    def expected_lookups(self) -> float:
+        """Expected distinct rows in a batch: each row of access share p is looked up at least
+        once with probability ``1 - (1 - p)^a`` (a: lookups per batch)."""
+        coc, a = self.table.coc, self.table.accesses_per_batch
+        if coc.total_accesses == 0:
+            return 0.0
+        p = coc.counts / coc.total_accesses
+        return float((coc.rows * -np.expm1(a * np.log1p(-np.minimum(p, 1 - 1e-12)))).sum())
+
+    def expected_miss_rate(self, clf: float) -> float:
+        return 1.0 - float(self.table.hbm_fraction(clf * self.table.hash_size))
+
+    @property
+    def cacheability(self) -> float:
+        """The miss rate of a cache of a tenth of the rows the profile saw (0: very cacheable)."""
+        return self.expected_miss_rate(0.1 * self.table.unique_rows / self.table.hash_size)
