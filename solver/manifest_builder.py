@@ -80,20 +80,24 @@ def build_manifest(
     ds: str,
 ) -> Manifest:
     best = outcome.best
+    # each input computed once (the stats digest reads the partition's files); the plan's digest
+    # covers all of them but the stats' location
+    stats_sha, settings = stats_digest(stats), solver_settings(options)
+    model_sha, hardware_sha = model.digest(), hardware.digest()
     digested = {
-        "stats_digest": stats_digest(stats),
+        "stats_digest": stats_sha,
         "stats_ds": stats.metadata.ds,
-        "model_digest": model.digest(),
-        "hardware_digest": hardware.digest(),
-        "solver_settings": solver_settings(options),
+        "model_digest": model_sha,
+        "hardware_digest": hardware_sha,
+        "solver_settings": settings,
     }
     inputs = ManifestInputs(
         stats=str(stats.path),
-        stats_digest=stats_digest(stats),
+        stats_digest=stats_sha,
         stats_ds=stats.metadata.ds,
-        model_digest=model.digest(),
-        hardware_digest=hardware.digest(),
-        solver_settings=solver_settings(options),
+        model_digest=model_sha,
+        hardware_digest=hardware_sha,
+        solver_settings=settings,
         digest=digest_of(to_plain(digested)),
     )
     placed = outcome.placed or problem
