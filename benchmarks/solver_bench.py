@@ -36,12 +36,12 @@ from recshard_stats.config import HardwareConfig, load_hardware_config, load_mod
 from recshard_stats.options import SolveOptions
 from recshard_stats.solver import milp
 from recshard_stats.solver.baselines import all_baselines
-from recshard_stats.solver.column_split import table_shards
+from recshard_stats.solver.column_split import choose_shards, split_problem, table_shards
 from recshard_stats.solver.heuristic import balanced_plan
 from recshard_stats.solver.local_search import improve, lpt_plan
 from recshard_stats.solver.plan import PlanCost, cost_plan
 from recshard_stats.solver.problem import Problem, TableDemand, build_problem
-from recshard_stats.solver.solve import place_shards, solve_problem
+from recshard_stats.solver.solve import solve_problem
 from recshard_stats.solver.waterfill import lower_bound
 from recshard_stats.stats_reader import load_stats
 
@@ -190,7 +190,7 @@ def run_methods(problem: Problem, seed: int, args) -> list[Row]:
         t0 = time.time()
         rows.append(Row(plan.name, seed, time.time() - t0, cost_plan(problem, plan), bound))
     t0 = time.time()
-    placed = place_shards(problem, args.max_column_shards)
+    placed = split_problem(problem, choose_shards(problem, args.max_column_shards))
     rows.append(Row("warm_start", seed, time.time() - t0, cost_plan(placed, balanced_plan(placed)), bound))
     t0 = time.time()
     start = lpt_plan(placed)

@@ -6,6 +6,11 @@ dividing its dim, at most the GPUs and ``--max-column-shards``): each shard has 
 per-byte terms and all of its per-lookup and per-row terms at the same HBM share; it needs the
 trainer's id buffer in full and 1/k of its outputs. The shards of a table go to different GPUs and keep the same rows in HBM (TorchRec's ``column_wise``).
 
+How many shards a table gets is a decision of the solve, never fixed beforehand: the search
+tries the cuts of :func:`cut_ladder` (the cut :func:`choose_shards` proposes, then every table cut
+half as much, down to every table whole) and the MILP chooses among a table's shard counts
+(:func:`shard_counts`, :func:`shard_entries`).
+
 The solver places shards like tables (:class:`~recshard_stats.solver.problem.Problem` with a
 ``parent`` per entry); :func:`table_shards` folds a plan of entries back into the model's tables.
 """
@@ -41,6 +46,57 @@ def choose_shards(problem: Problem, max_column_shards: int) -> tuple[int, ...]:
     return tuple(shards)
 
 
+def cut_ladder(problem: Problem, max_column_shards: int) -> list[tuple[int, ...]]:
+    """The cuts the search tries, most cut first: :func:`choose_shards`'s, then each table's count
+    halved, down to every table whole (always last): fewer shards are tried before none."""
+    cuts = choose_shards(problem, max_column_shards)
+    ladder = [cuts]
+    while any(k > 1 for k in cuts):
+        cuts = tuple(max(1, k // 2) for k in cuts)
+        ladder.append(cuts)
+    return ladder
+
+
+def shard_counts(problem: Problem, max_column_shards: int, most: tuple[int, ...] | None = None):
+    """Per table, the shard counts a plan may choose from: 1, 2, 4, ... up to the most it may be
+    cut into (or ``most[j]``, when given, if that is fewer)."""
+    out = []
+    for j, t in enumerate(problem.tables):
+        top = t.most_column_shards(problem.num_gpus, max_column_shards)
+        if most is not None:
+            top = min(top, most[j])
+        out.append(tuple(2**i for i in range(top.bit_length())))
+    return tuple(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardEntries:
+    """Every way of cutting every table at once, for the MILP to choose from: ``entries`` holds,
+    per table and per shard count k it may take, k column shards (table order, counts ascending);
+    ``option[e]`` is entry e's (table, count)."""
+
+    entries: Problem
+    option: tuple[tuple[int, int], ...]
+
+    @property
+    def options(self) -> dict[tuple[int, int], list[int]]:
+        """(table, count) -> its entries, in column order."""
+        out: dict[tuple[int, int], list[int]] = {}
+        for e, o in enumerate(self.option):
+            out.setdefault(o, []).append(e)
+        return out
+
+
+def shard_entries(problem: Problem, counts: tuple[tuple[int, ...], ...]) -> ShardEntries:
+    tables, parent, option = [], [], []
+    for j, (t, ks) in enumerate(zip(problem.tables, counts, strict=True)):
+        for k in ks:
+            tables += [t.column_shard(k)] * k
+            parent += [j] * k
+            option += [(j, k)] * k
+    return ShardEntries(Problem(tuple(tables), problem.hardware, tuple(parent)), tuple(option))
+
+
 def split_problem(problem: Problem, shards: tuple[int, ...]) -> Problem:
     """The problem with table j replaced by ``shards[j]`` column shards (kept in table order)."""
     if all(k == 1 for k in shards):
@@ -50,6 +106,16 @@ def split_problem(problem: Problem, shards: tuple[int, ...]) -> Problem:
         tables += [t.column_shard(k)] * k
         parent += [j] * k
     return Problem(tuple(tables), problem.hardware, tuple(parent))
+
+
+def cuts_of(problem: Problem) -> tuple[int, ...]:
+    """Per model table, the shards ``problem`` (a problem after :func:`split_problem`) cuts it into."""
+    if not problem.parent:
+        return (1,) * len(problem.tables)
+    counts = [0] * (max(problem.parent) + 1)
+    for p in problem.parent:
+        counts[p] += 1
+    return tuple(counts)
 
 
 @dataclasses.dataclass(frozen=True)

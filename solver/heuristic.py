@@ -12,6 +12,8 @@ while they lower it. Column shards of one table never share a GPU.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from recshard_stats.solver.plan import Plan
@@ -21,7 +23,8 @@ from recshard_stats.solver.waterfill import split, split_assignment
 MAX_ROUNDS = 10_000
 
 
-def balanced_plan(problem: Problem) -> Plan:
+def balanced_plan(problem: Problem, deadline: float | None = None) -> Plan:
+    """``deadline`` (a ``time.time()``): stop moving and swapping tables then."""
     tables = list(range(len(problem.tables)))
     g_count, cap = problem.num_gpus, problem.hbm_capacity
     pooled = split(problem, tables, problem.pooled_rows_capacity)
@@ -49,6 +52,8 @@ def balanced_plan(problem: Problem) -> Plan:
         gpu[j], load[g], used[g], placed[j] = g, load[g] + cost[j], used[g] + size[j], True
 
     for _ in range(MAX_ROUNDS):
+        if deadline is not None and time.time() > deadline:
+            break
         worst = int(np.argmax(load))
         best_peak = load[worst]
         best_move: tuple[int, int, int | None] | None = None
@@ -84,3 +89,19 @@ def balanced_plan(problem: Problem) -> Plan:
             used[dst] += size[table]
     assignment = tuple(int(g) for g in gpu)
     return Plan("balanced", assignment, split_assignment(problem, assignment))
+
+
+def packed_plan(problem: Problem) -> Plan:
+    """Trainer buffers first: each table, largest buffers first, onto the GPU with the most HBM
+    left that holds no shard of its table (worst-fit decreasing), then split exactly. The start
+    that still fits when the buffers nearly fill the GPUs and the cost-led starts overflow one."""
+    left = [problem.hbm_capacity] * problem.num_gpus
+    gpu = [0] * len(problem.tables)
+    placed = [False] * len(problem.tables)
+    for j in sorted(range(len(problem.tables)), key=lambda j: (-problem.trainer_bytes[j], j)):
+        taken = {gpu[s] for s in problem.siblings[j] if placed[s]}
+        g = max((h for h in range(problem.num_gpus) if h not in taken), key=lambda h: (left[h], -h))
+        gpu[j], placed[j] = g, True
+        left[g] -= problem.trainer_bytes[j]
+    assignment = tuple(gpu)
+    return Plan("packed", assignment, split_assignment(problem, assignment))

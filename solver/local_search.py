@@ -48,13 +48,18 @@ class GpuCostModel:
         self.uvm = np.array([problem.uvm_time(j) for j in range(n)])
         self.buffers = np.array(problem.trainer_bytes, dtype=np.float64)
         self.capacity = problem.hbm_capacity
+        # a shard's held rows: their bytes (in ``buffers`` too) and the seconds they save; where
+        # they do not fit the exact split holds fewer, losing about their mean saving per byte
+        self.held, self.held_saving = np.zeros(n), np.zeros(n)
         fills, cache = [], {}
         empty = (np.zeros(0), np.zeros(0), np.zeros(0))
         for j, rows in problem.shard_rows.items():
             # a column shard is held at the pooled water level's rows, as the exact split holds
             # all of its table's shards alike: a fixed cost, its rows' bytes taken like buffers
             self.uvm[j] = problem.table_cost(j, rows)
-            self.buffers[j] += rows * problem.tables[j].row_bytes
+            self.held[j] = rows * problem.tables[j].row_bytes
+            self.held_saving[j] = problem.uvm_time(j) - self.uvm[j]
+            self.buffers[j] += self.held[j]
         for j, t in enumerate(problem.tables):
             if j in problem.shard_rows:
                 fills.append(empty)
@@ -69,6 +74,9 @@ class GpuCostModel:
                     per_row[keep] * rows[keep],
                 )
             fills.append(cache[key])
+        # an overflowing GPU costs more than all tables in UVM, the more the further over: the search
+        # (and LPT) can tell a change that lessens an overflow from one that does not
+        self.overflow_s = max(float(self.uvm.sum()), 1e-12)
         self.levels = _levels(problem, fills)
         # bytes[j, i] / saved[j, i]: table j's rows worth at least levels[i - 1] per byte (i = 0: none)
         self.bytes = np.zeros((n, len(self.levels) + 1))
@@ -78,8 +86,9 @@ class GpuCostModel:
             self.bytes[j, 1:] = np.concatenate([[0.0], np.cumsum(size)])[upto]
             self.saved[j, 1:] = np.concatenate([[0.0], np.cumsum(saved)])[upto]
 
-    def cost_of(self, bytes_, saved, uvm, buffers) -> np.ndarray:
-        """Costs of GPUs given their summed fillings (``[..., levels + 1]``), UVM times and buffers."""
+    def cost_of(self, bytes_, saved, uvm, buffers, held=0.0, held_saving=0.0) -> np.ndarray:
+        """Costs of GPUs given their summed fillings (``[..., levels + 1]``), UVM times, buffers
+        and held shard rows."""
         bytes_, saved = np.asarray(bytes_), np.asarray(saved)
         capacity = self.capacity - np.asarray(buffers, dtype=np.float64)
         cap = np.maximum(capacity, 0.0)[..., None]
@@ -89,7 +98,19 @@ class GpuCostModel:
         saving = _interpolated(
             cap, *(np.take_along_axis(a, k, -1) for a in (bytes_, saved) for k in (i, nxt))
         )
-        return np.where(capacity < 0, np.inf, np.asarray(uvm) - saving[..., 0])
+        return self.settled(np.asarray(uvm) - saving[..., 0], uvm, capacity, held, held_saving)
+
+    def settled(self, cost, uvm, capacity, held, held_saving):
+        """``cost`` where the GPU's buffers and held shard rows fit (``capacity`` >= 0 left); where
+        only the trainer buffers fit, the held rows that do not are lost at their mean saving per
+        byte; where the buffers overflow, more than all tables in UVM, the more the further over
+        (the search and LPT can tell a change that lessens an overflow from one that does not)."""
+        capacity, held = np.asarray(capacity, dtype=np.float64), np.asarray(held, dtype=np.float64)
+        uvm, held_saving = np.asarray(uvm), np.asarray(held_saving)
+        lost = -capacity * held_saving / np.where(held > 0, held, 1.0)
+        over = np.maximum(-(capacity + held), 0.0)
+        overflowing = uvm + held_saving + self.overflow_s * (1.0 + over / max(self.capacity, 1.0))
+        return np.where(capacity >= 0, cost, np.where(capacity + held >= 0, uvm + lost, overflowing))
 
     def cost(self, tables) -> float:
         tables = list(tables)
@@ -101,6 +122,8 @@ class GpuCostModel:
                 self.saved[tables].sum(0),
                 self.uvm[tables].sum(),
                 self.buffers[tables].sum(),
+                self.held[tables].sum(),
+                self.held_saving[tables].sum(),
             )
         )
 
@@ -147,22 +170,32 @@ class _State:
         g = model.problem.num_gpus
         self.bytes = np.zeros((g, model.bytes.shape[1]))
         self.saved = np.zeros_like(self.bytes)
-        self.uvm, self.buffers = np.zeros(g), np.zeros(g)
-        np.add.at(self.bytes, self.gpu, model.bytes)
-        np.add.at(self.saved, self.gpu, model.saved)
-        np.add.at(self.uvm, self.gpu, model.uvm)
-        np.add.at(self.buffers, self.gpu, model.buffers)
-        self.cost = model.cost_of(self.bytes, self.saved, self.uvm, self.buffers)
+        self.uvm, self.buffers, self.held, self.held_saving = (np.zeros(g) for _ in range(4))
+        for total, per in self._sums():
+            np.add.at(total, self.gpu, per)
+        self.cost = model.cost_of(self.bytes, self.saved, self.uvm, self.buffers, self.held, self.held_saving)
         # per-table tables with a zero row appended: index -1 (no table) reads it
         self.padded = tuple(
             np.concatenate([a, np.zeros((1, *a.shape[1:]))])
-            for a in (model.bytes, model.saved, model.uvm, model.buffers)
+            for a in (model.bytes, model.saved, model.uvm, model.buffers, model.held, model.held_saving)
         )
         siblings = model.problem.siblings
         width = max((len(s) for s in siblings), default=0)
         # siblings[j]: the other shards of j's table, padded with -1 (None: no table is split)
         self.siblings = (
             np.array([list(s) + [-1] * (width - len(s)) for s in siblings], dtype=int) if width else None
+        )
+
+    def _sums(self):
+        """(per GPU, per table) of every sum the state keeps."""
+        m = self.model
+        return (
+            (self.bytes, m.bytes),
+            (self.saved, m.saved),
+            (self.uvm, m.uvm),
+            (self.buffers, m.buffers),
+            (self.held, m.held),
+            (self.held_saving, m.held_saving),
         )
 
     def water_levels(self) -> np.ndarray:
@@ -177,7 +210,7 @@ class _State:
         """Costs of GPU h with, for each pair, table out[i] taken away and into[i] added (-1: none,
         the zero row at the end of the padded tables). Only the bytes are summed over every level;
         the savings only at the two levels around where HBM runs out."""
-        bytes_, saved, uvm, buffers = self.padded
+        bytes_, saved, uvm, buffers, held, held_saving = self.padded
         capacity = self.model.capacity - (self.buffers[h] - buffers[out] + buffers[into])
         cap = np.maximum(capacity, 0.0)
         b = self.bytes[h] - bytes_[out] + bytes_[into]
@@ -187,8 +220,15 @@ class _State:
         r = np.arange(len(out))
         s0 = self.saved[h, i] - saved[out, i] + saved[into, i]
         s1 = self.saved[h, nxt] - saved[out, nxt] + saved[into, nxt]
-        cost = self.uvm[h] - uvm[out] + uvm[into] - _interpolated(cap, b[r, i], b[r, nxt], s0, s1)
-        return np.where(capacity < 0, np.inf, cost)
+        all_uvm = self.uvm[h] - uvm[out] + uvm[into]
+        cost = all_uvm - _interpolated(cap, b[r, i], b[r, nxt], s0, s1)
+        return self.model.settled(
+            cost,
+            all_uvm,
+            capacity,
+            self.held[h] - held[out] + held[into],
+            self.held_saving[h] - held_saving[out] + held_saving[into],
+        )
 
     def _conflicts(self, tables: np.ndarray, h: int, leaving: np.ndarray) -> np.ndarray:
         """Per pair: would tables[i] join GPU h, from which leaving[i] goes, beside a shard of its table?"""
@@ -211,17 +251,11 @@ class _State:
         return pa, pb, self._with(a, pa, pb), self._with(b, pb, pa)
 
     def apply(self, a: int, b: int, x: int, y: int, cost_a: float, cost_b: float) -> None:
-        m = self.model
         for table, src, dst in ((x, a, b), (y, b, a)):
             if table < 0:
                 continue
             self.gpu[table] = dst
-            for total, per in (
-                (self.bytes, m.bytes),
-                (self.saved, m.saved),
-                (self.uvm, m.uvm),
-                (self.buffers, m.buffers),
-            ):
+            for total, per in self._sums():
                 total[src] -= per[table]
                 total[dst] += per[table]
         self.cost[a], self.cost[b] = cost_a, cost_b
@@ -229,26 +263,34 @@ class _State:
 
 def lpt_plan(problem: Problem, model: GpuCostModel | None = None) -> Plan:
     """Longest processing time first: the tables, costliest in UVM first, each onto the GPU whose
-    cost after taking it is lowest (its buffers must fit; never beside a shard of its table)."""
+    cost after taking it is lowest (where its buffers fit, else where they overflow least; never
+    beside a shard of its table)."""
     model = model or GpuCostModel(problem)
     g = problem.num_gpus
     bytes_, saved = np.zeros((g, model.bytes.shape[1])), np.zeros((g, model.bytes.shape[1]))
-    uvm, buffers = np.zeros(g), np.zeros(g)
+    uvm, buffers, held, held_saving = (np.zeros(g) for _ in range(4))
     gpu = [0] * len(problem.tables)
     placed = np.zeros(len(problem.tables), dtype=bool)
     for j in sorted(range(len(problem.tables)), key=lambda j: (-model.uvm[j], j)):
         new = model.cost_of(
-            bytes_ + model.bytes[j], saved + model.saved[j], uvm + model.uvm[j], buffers + model.buffers[j]
+            bytes_ + model.bytes[j],
+            saved + model.saved[j],
+            uvm + model.uvm[j],
+            buffers + model.buffers[j],
+            held + model.held[j],
+            held_saving + model.held_saving[j],
         )
         for s in problem.siblings[j]:
             if placed[s]:
                 new[gpu[s]] = np.inf
-        h = int(np.argmin(new)) if np.isfinite(new).any() else int(np.argmin(buffers))
+        h = int(np.argmin(new))
         gpu[j], placed[j] = h, True
         bytes_[h] += model.bytes[j]
         saved[h] += model.saved[j]
         uvm[h] += model.uvm[j]
         buffers[h] += model.buffers[j]
+        held[h] += model.held[j]
+        held_saving[h] += model.held_saving[j]
     assignment = tuple(gpu)
     return Plan("lpt", assignment, split_assignment(problem, assignment))
 

@@ -50,10 +50,11 @@ def cost_plan(problem: Problem, plan: Plan) -> PlanCost:
     )
 
 
-def violations(problem: Problem, plan: Plan) -> list[str]:
-    """Every capacity the plan breaks (empty when it is valid)."""
+def violations(problem: Problem, plan: Plan, cost: PlanCost | None = None) -> list[str]:
+    """Every capacity the plan breaks, and column shards of a table that share a GPU or keep
+    different rows (empty when it is valid). ``cost``: the plan's, when the caller has it."""
     out = []
-    cost = cost_plan(problem, plan)
+    cost = cost or cost_plan(problem, plan)
     for g, (used, buffers) in enumerate(zip(cost.gpu_hbm_bytes, cost.gpu_buffer_bytes, strict=True)):
         if used + buffers > problem.hbm_capacity + 1e-6:
             out.append(
@@ -63,6 +64,12 @@ def violations(problem: Problem, plan: Plan) -> list[str]:
     uvm = sum((t.hash_size - plan.rows_hbm[j]) * t.row_bytes for j, t in enumerate(problem.tables))
     if uvm > problem.hardware.host_bytes:
         out.append(f"UVM needs {uvm:.0f} B, host has {problem.hardware.host_bytes} B")
+    for group in problem.shard_groups:
+        gpus = [plan.gpu[j] for j in group]
+        if len(set(gpus)) < len(gpus):
+            out.append(f"table {problem.tables[group[0]].name}: column shards share a GPU ({gpus})")
+        if len({plan.rows_hbm[j] for j in group}) > 1:
+            out.append(f"table {problem.tables[group[0]].name}: column shards keep different rows in HBM")
     for j, t in enumerate(problem.tables):
         if not 0 <= plan.rows_hbm[j] <= t.hash_size:
             out.append(f"table {t.name}: rows_hbm {plan.rows_hbm[j]} outside [0, {t.hash_size}]")

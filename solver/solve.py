@@ -1,6 +1,7 @@
-"""The solve stage end to end: baselines, column shards of hot tables, starts (balanced, LPT,
-the baselines), local search, MILP, local search again, exact split, lower bound, and TorchRec's
-planner beside them when torchrec is installed."""
+"""The solve stage end to end: baselines; for each cut of the ladder (hot tables cut into column
+shards, then cut less, down to every table whole) its starts (balanced, LPT, packed, the
+baselines) and a local search; the MILP, which chooses each table's shard count; local search
+again; exact split; lower bound; and TorchRec's planner beside them when torchrec is installed."""
 
 from __future__ import annotations
 
@@ -10,15 +11,21 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from recshard_stats.errors import RecShardError
 from recshard_stats.manifest import MilpStatus, PlanSource
 from recshard_stats.options import SolveOptions
 from recshard_stats.solver.baselines import all_baselines
-from recshard_stats.solver.column_split import TableShards, choose_shards, split_problem, table_shards
-from recshard_stats.solver.heuristic import balanced_plan
+from recshard_stats.solver.column_split import (
+    TableShards,
+    cut_ladder,
+    cuts_of,
+    shard_counts,
+    split_problem,
+    table_shards,
+)
+from recshard_stats.solver.heuristic import balanced_plan, packed_plan
 from recshard_stats.solver.kernel_groups import has_call_costs, refine
 from recshard_stats.solver.local_search import GpuCostModel, improve, lpt_plan
-from recshard_stats.solver.milp import MilpResult, solve_milp
+from recshard_stats.solver.milp import BUILD_PAIRS_PER_SECOND, CutPlan, MilpResult, milp_pairs, solve_milp
 from recshard_stats.solver.plan import Plan, PlanCost, cost_plan, violations
 from recshard_stats.solver.problem import Problem
 from recshard_stats.solver.waterfill import lower_bound, split_assignment
@@ -29,6 +36,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 MILP_BOUND_TOLERANCE = 1e-5
+# up to this many tables and GPUs the MILP (every shard count of every table a choice) runs
+# with no MIP gap: the plan is proven optimal, the gap reported is the solvers' tolerance
+SMALL_TABLES, SMALL_GPUS = 12, 8
+# the share of the time limit kept for what follows the last timed step (the exact split and
+# costing of the plan, the log): the solve ends within its time limit
+FINISH_SHARE = 0.05
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,126 +62,193 @@ class Outcome:
         return self.best.max_cost / self.lower_bound - 1 if self.lower_bound > 0 else 0.0
 
 
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """A plan over ``placed`` (the model's tables cut some way), its cost and what gave it."""
+
+    cost: PlanCost
+    placed: Problem
+    source: PlanSource
+
+    @property
+    def cut_plan(self) -> CutPlan:
+        return CutPlan(cuts_of(self.placed), self.cost.plan)
+
+
+class _Clock:
+    def __init__(self, seconds: float):
+        self.end = time.time() + seconds
+
+    def left(self) -> float:
+        return max(0.0, self.end - time.time())
+
+
 def polish(problem: Problem, plan: Plan, name: str | None = None) -> Plan:
     """Keep the assignment, replace the split by the exact water-filling."""
     return Plan(name or plan.name, plan.gpu, split_assignment(problem, plan.gpu))
 
 
-def place_shards(problem: Problem, max_column_shards: int) -> Problem:
-    """The problem with its hot tables cut into column shards (:mod:`solver.column_split`), or
-    as it is when the shards' extra id buffers would not fit."""
-    placed = split_problem(problem, choose_shards(problem, max_column_shards))
-    if placed is not problem:
-        try:
-            placed.check_capacity()
-        except RecShardError as exc:
-            log.warning(
-                "tables left whole: their column shards' trainer buffers do not fit (%s)", exc.message
-            )
-            return problem
-        log.info(
-            "column shards: %s",
-            ", ".join(f"{problem.tables[placed.parent[g[0]]].name} x{len(g)}" for g in placed.shard_groups),
-        )
-    return placed
+def _valid(placed: Problem, plan: Plan, source: PlanSource) -> Candidate | None:
+    """The plan costed, or None when it breaks a capacity (or puts two shards of a table together)."""
+    cost = cost_plan(placed, plan)
+    return None if violations(placed, plan, cost) else Candidate(cost, placed, source)
+
+
+def _cheapest(*candidates: Candidate | None) -> Candidate | None:
+    """The first of the cheapest (None when there is none)."""
+    return min((c for c in candidates if c is not None), key=lambda c: c.cost.max_cost, default=None)
+
+
+def search_cut(
+    problem: Problem,
+    cuts: tuple[int, ...],
+    baselines: tuple[PlanCost, ...],
+    budget_s: float,
+    models: dict[tuple[int, ...], GpuCostModel],
+    first: bool,
+) -> Candidate | None:
+    """The model's tables cut as ``cuts`` says: the best of its starts that fits, searched for
+    ``budget_s`` (None: no start fits)."""
+    placed = split_problem(problem, cuts)
+    model = models.get(cuts) or models.setdefault(cuts, GpuCostModel(placed))
+    # the balanced start for the most cut (the costliest to build at scale), LPT for every cut and
+    # the cheapest baseline's assignment for whole tables; when none fits, the start that packs
+    # the trainer buffers first
+    plans = [lpt_plan(placed, model)] + ([balanced_plan(placed, time.time() + budget_s)] if first else [])
+    if placed is problem and baselines:  # the baseline's assignment (of whole tables) gets the exact split
+        plans.append(polish(problem, min(baselines, key=lambda b: b.max_cost).plan))
+    start = _cheapest(*(_valid(placed, p, PlanSource.START) for p in plans))
+    start = start or _valid(placed, packed_plan(placed), PlanSource.START)
+    if start is None or budget_s <= 0:
+        return start
+    searched = _valid(
+        placed, improve(placed, start.cost.plan, budget_s, model=model), PlanSource.LOCAL_SEARCH
+    )
+    return _cheapest(start, searched)
 
 
 def solve_problem(problem: Problem, options: SolveOptions = SolveOptions()) -> Outcome:
-    """The plan within ``options.time_limit_s`` of wall time (TorchRec's planner apart): the MILP
-    gets what the starts and the first search leave, less the polishing search's share; a MILP
-    skipped (start within the MIP gap of the bound, or too big to build in time) leaves its time
-    to the polishing search."""
-    began = time.time()
+    """The plan within ``options.time_limit_s`` of wall time (TorchRec's planner apart). Half the
+    search time goes to the cuts of the ladder, the MILP gets what they leave less the other half,
+    which polishes the best plan after it; a MILP skipped (start within the MIP gap of the bound,
+    or too big to build in time) leaves its time to the polishing search."""
+    clock = _Clock(options.time_limit_s * (1 - FINISH_SHARE))
     problem.check_capacity()
     baselines = tuple(cost_plan(problem, p) for p in all_baselines(problem))
     bound = lower_bound(problem, options.max_column_shards)
-    placed = place_shards(problem, options.max_column_shards)
-    model = GpuCostModel(placed)  # the per-GPU cost, for the LPT start and the searches
-    # the balanced plan comes split already; the baselines' assignments (of whole tables) get the exact split
-    starts = [
-        cost_plan(placed, p)
-        for p in (
-            balanced_plan(placed),
-            lpt_plan(placed, model),
-            *(polish(placed, b.plan) for b in baselines if placed is problem),
-        )
-    ]
-    # an assignment whose trainer buffers overflow a GPU is no start
-    start = min((s for s in starts if not violations(placed, s.plan)), key=lambda e: e.max_cost, default=None)
-    start_source = PlanSource.START
-    # half before the MILP (its start), half after (polishing the best so far); at most a third of the time limit
+    small = len(problem.tables) <= SMALL_TABLES and problem.num_gpus <= SMALL_GPUS
+    mip_gap = 0.0 if small else options.mip_gap
     search_s = min(options.local_search_s, options.time_limit_s / 3) / 2
-    overrun = 0.0  # how long the search's exact split and costing take past its budget
-    if start is not None and search_s > 0:
-        t0 = time.time()
-        searched = cost_plan(placed, improve(placed, start.plan, search_s, model=model))
-        overrun = max(0.0, time.time() - t0 - search_s)
-        if searched.max_cost < start.max_cost:
-            start, start_source = searched, PlanSource.LOCAL_SEARCH
-    left = options.time_limit_s - (time.time() - began) - search_s - overrun
-    milp = solve_milp(
-        placed,
-        dataclasses.replace(options, time_limit_s=max(1.0, left)),
-        start.plan if start else None,
-        bound,
-    )
-    if (
-        milp.status == MilpStatus.SKIPPED and search_s > 0
-    ):  # the MILP's time goes to the search (less its split's
-        search_s = max(
-            search_s, options.time_limit_s - (time.time() - began) - 2 * overrun
-        )  # and the check's)
-    candidates: list[tuple[PlanCost, PlanSource]] = []
-    if milp.status not in (MilpStatus.NO_INCUMBENT, MilpStatus.SKIPPED):  # else its plan is the start's
-        candidates.append((cost_plan(placed, polish(placed, milp.plan, "recshard")), PlanSource.MILP))
+    models: dict[tuple[int, ...], GpuCostModel] = {}
+    ladder = cut_ladder(problem, options.max_column_shards)
+    ladder_end = time.time() + search_s  # the ladder shares the first half of the search
+    tried: list[Candidate | None] = []
+    for i, cuts in enumerate(ladder):
+        left = max(0.0, min(ladder_end - time.time(), clock.left()))
+        if 0 < i < len(ladder) - 1 and left <= 0:
+            tried.append(None)  # out of time: the most cut and the whole tables are tried regardless
+            continue
+        tried.append(search_cut(problem, cuts, baselines, left / (len(ladder) - i), models, first=i == 0))
+    start = _cheapest(*tried)
+    for cuts, c in zip(ladder, tried, strict=True):
+        if c is None:
+            log.info("cut %s: no plan found (no start fits the trainer buffers, or no time)", cuts)
     if start is not None:
-        candidates.append((start, start_source))
-    # the first of the cheapest: the MILP's plan unless the start beat it; then searched further
-    best, source = min(candidates, key=lambda c: c[0].max_cost)
-    if search_s > 0:
-        searched = cost_plan(placed, improve(placed, best.plan, search_s, "recshard", model))
-        if searched.max_cost < best.max_cost:
-            best, source = searched, PlanSource.LOCAL_SEARCH
-    if has_call_costs(placed):
-        # the kernel calls' costs, which everything above leaves out: the plan and the best
-        # whole-table baseline rearranged with them counted, the baselines as they are beside them
-        whole = list(baselines) if placed is problem else []  # costed over ``problem``, which ``placed`` is
-        plans = [best.plan] + [b.plan for b in sorted(whole, key=lambda b: b.max_cost)[:1]]
-        budget = max(0.5, min(max(search_s, 2.0), options.time_limit_s - (time.time() - began)))
-        for start_plan in plans:
-            refined = cost_plan(placed, refine(placed, start_plan, budget / len(plans), "recshard"))
-            if refined.max_cost < best.max_cost * (1 - 1e-9) and not violations(placed, refined.plan):
-                best, source = refined, PlanSource.KERNEL_GROUPS
-        for b in whole:
-            if b.max_cost < best.max_cost * (1 - 1e-9):
-                best, source = (
-                    dataclasses.replace(b, plan=dataclasses.replace(b.plan, name="recshard")),
-                    PlanSource.BASELINE,
-                )
-    broken = violations(placed, best.plan)
-    assert not broken, broken  # the split never exceeds a capacity by construction
-    if all(t.most_column_shards(problem.num_gpus, options.max_column_shards) == 1 for t in problem.tables):
-        # the MILP's proven bound is one too when no table may be cut (its cuts lie above the access
-        # CDFs), up to the solvers' tolerances (CBC's has been 2.3e-6 above the plan it proved optimal)
-        bound = max(bound, (milp.bound_ms or 0.0) / MS_PER_S * (1 - MILP_BOUND_TOLERANCE))
-    bound = min(bound, best.max_cost)  # never above the plan shipped
+        log.info(
+            "start: %.4f ms/batch (%s), %s",
+            start.cost.max_cost * MS_PER_S,
+            start.source,
+            _describe(problem, start.placed),
+        )
+
+    # the MILP chooses among every shard count of every table when it can be built in a quarter
+    # of the time (its bound then holds for every plan), else among the ladder's
+    full = shard_counts(problem, options.max_column_shards)
+    counts = full
+    if milp_pairs(problem, options, full) / BUILD_PAIRS_PER_SECOND > clock.left() / 4:
+        counts = shard_counts(problem, options.max_column_shards, ladder[0])
+    left = clock.left() - search_s
+    milp = solve_milp(
+        problem,
+        dataclasses.replace(options, time_limit_s=max(0.05, left), mip_gap=mip_gap),
+        start.cut_plan if start else None,
+        bound,
+        counts,
+    )
+    if milp.status == MilpStatus.SKIPPED and search_s > 0:  # the MILP's time goes to the search
+        search_s = max(search_s, clock.left())
+    from_milp = None
+    if milp.status not in (MilpStatus.NO_INCUMBENT, MilpStatus.SKIPPED):  # else its plan is the start's
+        # its own rows (whole where tables are small) or the exact split of its assignment
+        placed = split_problem(problem, milp.shards)
+        from_milp = _cheapest(
+            _valid(placed, polish(placed, milp.plan, "recshard"), PlanSource.MILP),
+            _valid(placed, milp.plan, PlanSource.MILP),
+        )
+    best = _cheapest(from_milp, start)
+    assert best is not None, "the MILP ran without a start: it found a plan or raised"
+    if search_s > 0 and clock.left() > 0:
+        model = models.get(cuts_of(best.placed)) or GpuCostModel(best.placed)
+        searched = _valid(
+            best.placed,
+            improve(best.placed, best.cost.plan, min(search_s, clock.left()), "recshard", model),
+            PlanSource.LOCAL_SEARCH,
+        )
+        best = _cheapest(best, searched) or best
+    if has_call_costs(problem):
+        best = _with_call_costs(problem, best, baselines, clock)
+    best = dataclasses.replace(
+        best, cost=dataclasses.replace(best.cost, plan=dataclasses.replace(best.cost.plan, name="recshard"))
+    )
+    if counts == full and milp.status in (MilpStatus.OPTIMAL, MilpStatus.TIME_LIMIT) and milp.bound_ms:
+        # the MILP's proven bound holds for every plan when every shard count was a choice (its cuts
+        # lie above the access CDFs), up to the solvers' tolerances (CBC's has been 2.3e-6 above the
+        # plan it proved optimal)
+        bound = max(bound, milp.bound_ms / MS_PER_S * (1 - MILP_BOUND_TOLERANCE))
+    bound = min(bound, best.cost.max_cost)  # never above the plan shipped
     log.info(
-        "plan: %.4f ms/batch (%s), lower bound %.4f ms, gap %.2f%%, best baseline %.4f ms",
-        best.max_cost * MS_PER_S,
-        source,
+        "plan: %.4f ms/batch (%s), lower bound %.4f ms, gap %.2f%%, best baseline %.4f ms; %s",
+        best.cost.max_cost * MS_PER_S,
+        best.source,
         bound * MS_PER_S,
-        (best.max_cost / bound - 1) * 100 if bound else 0,
+        (best.cost.max_cost / bound - 1) * 100 if bound else 0,
         min(b.max_cost for b in baselines) * MS_PER_S,
+        _describe(problem, best.placed),
     )
     return Outcome(
-        best,
-        source,
+        best.cost,
+        best.source,
         milp,
         baselines,
         bound,
-        None if placed is problem else placed,
-        *_torchrec(problem, options, table_shards(placed, best.plan), [b.plan for b in baselines]),
+        None if best.placed is problem else best.placed,
+        *_torchrec(problem, options, table_shards(best.placed, best.cost.plan), [b.plan for b in baselines]),
     )
+
+
+def _describe(problem: Problem, placed: Problem) -> str:
+    cut = [f"{problem.tables[j].name} x{k}" for j, k in enumerate(cuts_of(placed)) if k > 1]
+    return "column shards: " + ", ".join(cut) if cut else "every table whole"
+
+
+def _with_call_costs(
+    problem: Problem, best: Candidate, baselines: tuple[PlanCost, ...], clock: _Clock
+) -> Candidate:
+    """The kernel calls' costs, which everything before leaves out: the plan and the best
+    whole-table baseline rearranged with them counted, the baselines as they are beside them."""
+    ranked = sorted(baselines, key=lambda b: b.max_cost)
+    tries = [(best.placed, best.cost.plan)] + [(problem, b.plan) for b in ranked[:1]]
+    for placed, plan in tries:
+        budget = clock.left() / len(tries)
+        if budget <= 0:
+            break
+        refined = _valid(placed, refine(placed, plan, budget, "recshard"), PlanSource.KERNEL_GROUPS)
+        if refined and refined.cost.max_cost < best.cost.max_cost * (1 - 1e-9):
+            best = refined
+    for b in ranked:
+        if b.max_cost < best.cost.max_cost * (1 - 1e-9) and not violations(problem, b.plan, b):
+            best = Candidate(b, problem, PlanSource.BASELINE)
+    return best
 
 
 def _torchrec(problem: Problem, options: SolveOptions, shards: list[TableShards], greedy: list[Plan]):

@@ -217,7 +217,9 @@ def test_cbc_keeps_its_time_limit_and_returns_a_valid_plan():
     is killed a second past it, and the start stands when CBC had no plan of its own yet."""
     problem = random_problem(120, 16, seed=11)
     start = polish(problem, min(all_baselines(problem), key=lambda p: cost_plan(problem, p).max_cost))
-    result = milp.solve_milp(problem, SolveOptions(solver="cbc", time_limit_s=8, mip_gap=0.0), start)
+    result = milp.solve_milp(
+        problem, SolveOptions(solver="cbc", time_limit_s=8, mip_gap=0.0), milp.CutPlan((1,) * 120, start)
+    )
     # CBC ran (the instance is neither too big to build in 8 s nor proven by the start); how far it
     # got depends on the machine, what it returns does not: at most a second and the file I/O past
     # the limit (which counts from the model's build), a plan within every capacity, and an

@@ -515,6 +515,7 @@ def test_a_solved_plan_fits_torchrecs_storage_estimate():
     """The solver keeps HBM for the trainer's ids and pooled outputs: its plan fits TorchRec's own
     storage estimate for the same ranks and kernels (the static split's parts); the same solve
     without them fills HBM with rows and overflows it."""
+    from recshard_stats.solver.column_split import table_shards
     from recshard_stats.solver.solve import solve_problem
     from recshard_stats.torchrec_planner import rate_in_torchrec
 
@@ -527,11 +528,13 @@ def test_a_solved_plan_fits_torchrecs_storage_estimate():
     options = SolveOptions(solver="highs", time_limit_s=20, mip_gap=0.01)
     ratings = {}
     for name, problem in (("buffers", with_buffers), ("rows only", base)):
-        plan = solve_problem(problem, options).best.plan
-        assert any(
-            0 < h < t.hash_size for h, t in zip(plan.rows_hbm, problem.tables, strict=True)
-        )  # split tables
-        ratings[name] = rate_in_torchrec(problem, plan.gpu, plan.rows_hbm)
+        outcome = solve_problem(problem, options)
+        # per model table (a table cut into column shards: its GPUs, its shards' rows)
+        shards = table_shards(outcome.placed or problem, outcome.best.plan)
+        assert any(0 < s.rows_hbm < t.hash_size for s, t in zip(shards, problem.tables, strict=True))
+        ratings[name] = rate_in_torchrec(
+            problem, tuple(s.gpus for s in shards), tuple(s.rows_hbm for s in shards)
+        )
     fitted, unfitted = ratings["buffers"], ratings["rows only"]
     assert fitted.fits, (fitted.hbm_needed, fitted.hbm_usable)
     assert max(fitted.hbm_needed) > 0.9 * fitted.hbm_usable  # and still uses the HBM it has

@@ -1,0 +1,169 @@
+"""The default solve against every plan of tiny instances, enumerated in numpy.
+
+Per instance: every cut (each table whole or in two column shards), every assignment of the
+entries to GPUs (the first on GPU 0: the GPUs are alike; a table's shards apart), every whole
+number of HBM rows per table (its shards keep the same), each plan within every GPU's HBM (rows
+and trainer buffers) and the host's memory, costed table by table with the cost model's own
+per-table seconds (no kernel-call terms: a GPU's cost is the sum of its tables'). The solve must
+never fail on a feasible instance, never ship a plan worse than the project's own whole-table
+plan (``--max-column-shards 1``), and come within 0.1% of the optimum on 95% of the instances and
+within 1% on all.
+
+Scenarios: *base* (small trainer buffers), *hot* (one table with most of the traffic), *full*
+(trainer buffers nearly filling a GPU), *bare* (no trainer buffers)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+
+from recshard_stats.errors import RecShardError
+from recshard_stats.options import SolveOptions
+from recshard_stats.solver.plan import violations
+from recshard_stats.solver.problem import Problem, TableDemand
+from recshard_stats.solver.solve import solve_problem
+from tests.test_solver import hardware, table
+
+SCENARIOS = ("base", "hot", "full", "bare")
+SEEDS = range(25)
+FAST = [(s, seed) for s in SCENARIOS for seed in range(3)]  # the default loop's; all run in the slow test
+
+
+def tiny_problem(scenario: str, seed: int) -> Problem:
+    """3-4 tables of 2-4 rows, dim 1 or 2, on 2 or 3 GPUs; HBM about half the tables' bytes."""
+    rng = np.random.default_rng([SCENARIOS.index(scenario), seed])
+    num_gpus = int(rng.integers(2, 4))
+    num_tables = int(rng.integers(3, 5)) if num_gpus == 2 else 3
+    tables = []
+    for j in range(num_tables):
+        hash_size = int(rng.integers(2, 5))
+        seen = int(rng.integers(1, hash_size + 1))
+        per_row = np.sort(rng.integers(1, 9, size=seen))
+        counts, rows = np.unique(per_row, return_counts=True)
+        accesses = float(per_row.sum()) * (8.0 if scenario == "hot" and j == 0 else 1.0)
+        tables.append(table(f"t{j}", counts, rows, hash_size, dim=int(rng.integers(1, 3)), accesses=accesses))
+    row_bytes = sum(t.size_bytes for t in tables)
+    # buffers: the ids (one byte each, what fills a GPU in "full") and two pooled outputs of dim bytes
+    index_bytes = 1 if scenario == "full" else 0
+    out_bytes = 0 if scenario == "bare" else 1
+    hw = {
+        "num_gpus": num_gpus,
+        "host_bytes": 10**6,
+        "hbm_bandwidth": float(rng.choice([10.0, 100.0])),
+        "uvm_bandwidth": 1.0,
+        "index_bytes": index_bytes,
+        "output_bytes_per_element": out_bytes,
+    }
+    buffers = Problem(tuple(tables), hardware(**hw, hbm_bytes_per_gpu=1)).trainer_bytes
+    if scenario == "full":  # the largest buffer takes most of a GPU; all of them most of all HBM
+        hbm = max(max(buffers), int(np.ceil((sum(buffers) + 0.3 * row_bytes) / num_gpus)))
+        hbm = int(max(hbm, max(buffers) / 0.9))
+    else:
+        hbm = int(np.ceil((sum(buffers) + rng.uniform(0.3, 0.6) * row_bytes) / num_gpus))
+    return Problem(tuple(tables), hardware(**hw, hbm_bytes_per_gpu=hbm))
+
+
+def _entry_costs(problem: Problem, entry: TableDemand, comm: float) -> np.ndarray:
+    """Seconds per batch of a table (or shard) with 0..hash_size rows in HBM, from the cost model's
+    per-table seconds of its exact load."""
+    costs = problem.hardware.costs
+    return np.array(
+        [float(costs.table_seconds(problem.load(entry, r, comm))) for r in range(entry.hash_size + 1)]
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Optimum:
+    best: float  # over every cut
+    whole: float  # every table whole
+
+
+def enumerate_optimum(problem: Problem) -> Optimum:
+    hw = problem.hardware
+    tables = problem.tables
+    rows = np.array(list(itertools.product(*(range(t.hash_size + 1) for t in tables))))  # (R, n)
+    row_bytes = np.array([t.row_bytes for t in tables])
+    host_ok = ((np.array([t.hash_size for t in tables]) - rows) * row_bytes).sum(1) <= hw.host_bytes
+    best = whole = np.inf
+    for cut in itertools.product(*([1, 2] if t.dim % 2 == 0 else [1] for t in tables)):
+        parent = [j for j, k in enumerate(cut) for _ in range(k)]
+        entries = [tables[j].column_shard(cut[j]) for j in parent]
+        per_ids = [t.accesses_per_batch / hw.batch_size for t in entries]
+        trainer = np.array(
+            [hw.trainer_bytes(a, len(t.features), t.dim) for a, t in zip(per_ids, entries, strict=True)]
+        )
+        comm = [hw.comm_bytes(a, len(t.features), t.dim) for a, t in zip(per_ids, entries, strict=True)]
+        cost = np.stack(
+            [_entry_costs(problem, t, c)[rows[:, p]] for t, c, p in zip(entries, comm, parent, strict=True)],
+            1,
+        )  # (R, E)
+        used = np.stack([rows[:, p] * t.row_bytes for t, p in zip(entries, parent, strict=True)], 1)
+        assign = np.array(
+            [
+                a
+                for a in itertools.product(range(hw.num_gpus), repeat=len(entries))
+                if a[0] == 0
+                and all(
+                    len({a[e] for e in range(len(entries)) if parent[e] == j}) == cut[j]
+                    for j in range(len(cut))
+                )
+            ]
+        )  # (A, E)
+        onehot = (assign[:, :, None] == np.arange(hw.num_gpus)).astype(float)  # (A, E, G)
+        gpu_cost = np.einsum("re,aeg->arg", cost, onehot)
+        hbm = np.einsum("re,aeg->arg", used, onehot) + (trainer @ onehot)[:, None, :]
+        fits = (hbm <= problem.hbm_capacity + 1e-9).all(-1) & host_ok
+        value = np.where(fits, gpu_cost.max(-1), np.inf).min()
+        best = min(best, value)
+        if all(k == 1 for k in cut):
+            whole = value
+    return Optimum(float(best), float(whole))
+
+
+def _solve(problem: Problem, max_column_shards: int):
+    options = SolveOptions(
+        solver="cbc", time_limit_s=20, max_column_shards=max_column_shards, torchrec_baselines=False
+    )
+    return solve_problem(problem, options)
+
+
+def check_instance(scenario: str, seed: int) -> float | None:
+    """The solve checked against the enumeration; its gap to the optimum (None: infeasible)."""
+    problem = tiny_problem(scenario, seed)
+    optimum = enumerate_optimum(problem)
+    if not np.isfinite(optimum.best):
+        with pytest.raises(RecShardError):
+            _solve(problem, 2)
+        return None
+    outcome = _solve(problem, 2)
+    placed = outcome.placed or problem
+    assert violations(placed, outcome.best.plan) == []
+    got = outcome.best.max_cost
+    assert got >= optimum.best * (1 - 1e-9), "below the enumerated optimum: the enumeration misses plans"
+    assert outcome.lower_bound <= optimum.best * (1 + 1e-6)
+    if np.isfinite(optimum.whole):
+        own_whole = _solve(problem, 1).best.max_cost
+        assert own_whole >= optimum.whole * (1 - 1e-9)
+        assert got <= own_whole * (1 + 1e-9), f"worse than the whole-table plan {own_whole}"
+    gap = got / optimum.best - 1
+    assert gap <= 0.01, f"{scenario} {seed}: {gap:.3%} above the optimum {optimum.best}"
+    return gap
+
+
+@pytest.mark.parametrize(("scenario", "seed"), FAST)
+def test_tiny_instance_against_enumeration(scenario, seed):
+    gap = check_instance(scenario, seed)
+    assert gap is None or gap <= 0.001  # the fast ones are all solved to the optimum
+
+
+@pytest.mark.slow
+def test_tiny_family_against_enumeration():
+    """Every instance: within 1% (asserted per instance), and within 0.1% on 95% of them."""
+    gaps = [check_instance(s, seed) for s in SCENARIOS for seed in SEEDS]
+    feasible = [g for g in gaps if g is not None]
+    assert len(feasible) >= 0.8 * len(gaps), "the family should be mostly feasible"
+    within = sum(g <= 0.001 for g in feasible) / len(feasible)
+    assert within >= 0.95, f"within 0.1% of the optimum on {within:.1%} of {len(feasible)} instances"
