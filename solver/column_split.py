@@ -46,11 +46,20 @@ def choose_shards(problem: Problem, max_column_shards: int) -> tuple[int, ...]:
     return tuple(shards)
 
 
+# the ladder starts with every table cut as much as it may be while that makes at most this many
+# entries: column shards of every table on every GPU share the HBM of all GPUs alike (the pooled
+# bound's picture), which balances models of a few dozen tables where the hot ones alone do not
+ALL_CUT_ENTRIES = 1000
+
+
 def cut_ladder(problem: Problem, max_column_shards: int) -> list[tuple[int, ...]]:
-    """The cuts the search tries, most cut first: :func:`choose_shards`'s, then each table's count
+    """The cuts the search tries, most cut first: every table cut as much as it may be (when that
+    stays within ALL_CUT_ENTRIES entries), :func:`choose_shards`'s, then each table's count
     halved, down to every table whole (always last): fewer shards are tried before none."""
+    most = tuple(t.most_column_shards(problem.num_gpus, max_column_shards) for t in problem.tables)
     cuts = choose_shards(problem, max_column_shards)
-    ladder = [cuts]
+    ladder = [most] if most != cuts and sum(most) <= ALL_CUT_ENTRIES else []
+    ladder.append(cuts)
     while any(k > 1 for k in cuts):
         cuts = tuple(max(1, k // 2) for k in cuts)
         ladder.append(cuts)

@@ -342,8 +342,7 @@ def solve_milp(
             TerminationCondition.optimal,
             TerminationCondition.maxTimeLimit,
             TerminationCondition.feasible,
-            TerminationCondition.intermediateNonInteger,
-        )
+        )  # not intermediateNonInteger: CBC stopped with its LP relaxation, not a plan
         or not has_solution
     ):
         return _without_incumbent(options, start, seconds, build_seconds, str(tc), _bound(results))

@@ -196,7 +196,7 @@ def solve_problem(problem: Problem, options: SolveOptions = SolveOptions()) -> O
         )
         best = _cheapest(best, searched) or best
     if has_call_costs(problem):
-        best = _with_call_costs(problem, best, baselines, clock)
+        best = _with_call_costs(problem, best, [c for c in tried if c is not None], baselines, clock)
     best = dataclasses.replace(
         best, cost=dataclasses.replace(best.cost, plan=dataclasses.replace(best.cost.plan, name="recshard"))
     )
@@ -232,14 +232,25 @@ def _describe(problem: Problem, placed: Problem) -> str:
 
 
 def _with_call_costs(
-    problem: Problem, best: Candidate, baselines: tuple[PlanCost, ...], clock: _Clock
+    problem: Problem,
+    best: Candidate,
+    cuts: list[Candidate],
+    baselines: tuple[PlanCost, ...],
+    clock: _Clock,
 ) -> Candidate:
-    """The kernel calls' costs, which everything before leaves out: the plan and the best
-    whole-table baseline rearranged with them counted, the baselines as they are beside them."""
+    """The kernel calls' costs, which everything before leaves out: the plan, the best plan of
+    every other cut of the ladder (more shards mean more calls: the cut cheapest without them
+    need not be with them) and the best whole-table baseline rearranged with them counted, the
+    baselines as they are beside them."""
     ranked = sorted(baselines, key=lambda b: b.max_cost)
-    tries = [(best.placed, best.cost.plan)] + [(problem, b.plan) for b in ranked[:1]]
-    for placed, plan in tries:
-        budget = clock.left() / len(tries)
+    others = [c for c in cuts if cuts_of(c.placed) != cuts_of(best.placed)]
+    tries = (
+        [(best.placed, best.cost.plan)]
+        + [(c.placed, c.cost.plan) for c in others]
+        + [(problem, b.plan) for b in ranked[:1]]
+    )
+    for i, (placed, plan) in enumerate(tries):
+        budget = clock.left() / (len(tries) - i)
         if budget <= 0:
             break
         refined = _valid(placed, refine(placed, plan, budget, "recshard"), PlanSource.KERNEL_GROUPS)

@@ -399,7 +399,7 @@ EDITS = {
     "objective": "'objective_ms': -1",
     "swapped remaps": "its remap file is 'remap/t_query.parquet', not remap/t_user.parquet",
     "hbm over capacity": "hbm_bytes_used",
-    "gpu contradicts gpus": "lists tables",
+    "gpu contradicts gpus": "lists tables|column shards on GPUs",
 }
 
 
