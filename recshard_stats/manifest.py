@@ -291,6 +291,59 @@ class Manifest:
         """Tables with rows on the GPU: whole, or one of their column shards."""
         return [t for t in self.tables if gpu in t.ranks]
 
+    def restricted(self, names) -> Manifest:
+        """The plan of some tables only, on the same GPUs (for tests and debugging): each GPU's
+        rows, buffers and cost are those of the tables kept (its kernel-call cost kept while it
+        holds any), the model config keeps their tables and features, and the summary keeps no
+        baselines, TorchRec plans or bound (they were for every table)."""
+        keep = list(dict.fromkeys(names))
+        unknown = sorted(set(keep) - {t.name for t in self.tables})
+        if unknown or not keep:
+            raise RecShardError(
+                Reason.MANIFEST_MISMATCH,
+                f"cannot restrict the manifest to {unknown or 'no tables'}: not its tables",
+                fixes=(f"tables: {sorted(t.name for t in self.tables)[:10]}",),
+            )
+        tables = tuple(t for t in self.tables if t.name in keep)
+        gpus = []
+        for g in self.gpus:
+            parts = [(t, p) for t in tables for p in t.gpu_parts if p.gpu == g.rank]
+            gpus.append(
+                dataclasses.replace(
+                    g,
+                    tables=tuple(t.name for t, _ in parts),
+                    hbm_bytes_used=round(sum(t.rows_hbm * t.row_bytes * p.share for t, p in parts)),
+                    trainer_buffer_bytes=sum(p.trainer_buffer_bytes for _, p in parts),
+                    kernel_groups_ms=g.kernel_groups_ms if parts else 0.0,
+                    predicted_cost_ms=sum(p.predicted_cost_ms for _, p in parts)
+                    + (g.kernel_groups_ms if parts else 0.0),
+                )
+            )
+        costs = [g.predicted_cost_ms for g in gpus]
+        slowest, mean = max(costs), sum(costs) / len(costs)
+        accesses = sum(t.accesses_per_batch for t in tables)
+        uvm = sum(t.accesses_per_batch * (1 - t.predicted_hbm_access_fraction) for t in tables)
+        features = {f for t in tables for f in t.features}
+        model = dataclasses.replace(
+            self.model,
+            tables=tuple(t for t in self.model.tables if t.name in keep),
+            features=tuple(f for f in self.model.features if f.name in features),
+        )
+        plan = dataclasses.replace(
+            self.plan,
+            objective_ms=slowest,
+            lower_bound_ms=0.0,
+            gap=1.0,
+            milp_objective_ms=None,
+            milp_bound_ms=None,
+            imbalance=slowest / mean if mean > 0 else 1.0,
+            uvm_access_fraction=uvm / accesses if accesses > 0 else 0.0,
+            baselines=(),
+            torchrec=(),
+            torchrec_rating_ms=None,
+        )
+        return dataclasses.replace(self, model=model, tables=tables, gpus=tuple(gpus), plan=plan)
+
     def to_json(self) -> str:
         data = to_plain(self)
         ordered = {"schema_version": data.pop("schema_version"), "kind": data.pop("kind"), **data}

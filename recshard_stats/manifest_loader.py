@@ -100,6 +100,19 @@ class ManifestFile:
     def num_gpus(self) -> int:
         return self.manifest.num_gpus
 
+    @property
+    def stats_path(self) -> str:
+        """The stats partition it was solved from: ``inputs.stats`` as written, a relative path
+        taken from the manifest's directory (so a copied run keeps finding its stats)."""
+        stats = self.manifest.inputs.stats
+        if "://" in stats or os.path.isabs(stats):
+            return stats
+        return os.path.normpath(self.path.parent / stats)
+
+    def restricted(self, names) -> ManifestFile:
+        """The same manifest file, planning some tables only (see :meth:`Manifest.restricted`)."""
+        return ManifestFile(self.path, self.manifest.restricted(names))
+
     def table(self, name: str) -> TablePlacement:
         if name not in self.tables:
             raise RecShardError(

@@ -239,7 +239,7 @@ def render(manifest_path, stats_path=None, evaluation_path=None) -> str:
     matplotlib.use("Agg")
     loaded = load_manifest(manifest_path, verify_checksums=False)
     manifest = loaded.manifest
-    stats = load_stats(stats_path or manifest.inputs.stats)
+    stats = load_stats(stats_path or loaded.stats_path)
     evaluation_path = pathlib.Path(evaluation_path or loaded.path.parent / EVALUATION_NAME)
     evaluation = load_evaluation(evaluation_path) if evaluation_path.is_file() else None
     figures = [

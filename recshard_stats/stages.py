@@ -138,7 +138,7 @@ def remap_manifest(spark, options: RemapOptions) -> pathlib.Path:
 
     loaded = load_manifest(options.manifest, verify_checksums=False)
     manifest = loaded.manifest
-    stats = load_stats(options.stats or manifest.inputs.stats)
+    stats = load_stats(options.stats or loaded.stats_path)
     if stats_digest(stats) != manifest.inputs.stats_digest:
         raise RecShardError(
             Reason.MANIFEST_MISMATCH,

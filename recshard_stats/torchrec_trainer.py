@@ -1,6 +1,6 @@
 """RecShard's plan run in a real TorchRec model, on the trainer's side (the ``torchrec`` extra;
-``scripts/setup.sh`` installs it on CPU). With :mod:`recshard_stats.torchrec_planner` the only
-modules that import torchrec.
+``scripts/setup.sh`` installs it on CPU). With :mod:`recshard_stats.torchrec_planner` and
+:mod:`recshard_stats.torchrec_checkpoint` the only modules that import torchrec.
 
 - :func:`sharding_plan`: a manifest -> TorchRec ``ShardingPlan``, ``table_wise`` on each
   table's rank. With the static split (the default) a table with rows in both tiers becomes two
@@ -12,8 +12,12 @@ modules that import torchrec.
   rewrites a ``KeyedJaggedTensor``'s ids through the remap into the two parts and adds their
   pooled outputs back, so the model sees exactly what the unsplit table gives (sum pooling;
   mean pooling divides by the original lengths).
+- :func:`distributed_model_parallel`: TorchRec's ``DistributedModelParallel`` over the plan, after
+  checking what DMP would not: the module path names the collection, its tables are the
+  manifest's (same rows and dims), and the process group has the manifest's number of ranks.
 - :func:`split_state_dict` / :func:`unsplit_state_dict`: an unsplit table's weights (a
-  checkpoint) into the split layout and back.
+  checkpoint held in one process) into the split layout and back; sharded checkpoints, each
+  rank reading and writing only its shards, are :mod:`recshard_stats.torchrec_checkpoint`.
 
 On CPU, TorchRec runs the ``fused`` kernel only: ``sharding_plan(..., device_type="cpu")`` maps
 every kernel to it (the placement is the same); ``fused_uvm`` and the HBM/UVM split need GPUs.
@@ -32,6 +36,7 @@ from torchrec.distributed.sharding_plan import column_wise, construct_module_sha
 from torchrec.distributed.types import CacheParams, CacheStatistics, ShardingPlan
 
 from recshard_stats.costmodel import ComputeKernel
+from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.export import unsplit_kernel
 from recshard_stats.manifest import Manifest, TablePlacement
 from recshard_stats.manifest_loader import ManifestFile
@@ -47,7 +52,9 @@ class TablePart:
     name: str
     table: str  # the manifest table it comes from
     rows: int
-    first_row: int  # its row 0 is this position of the table's remap order
+    # a split table's part: the position of its row 0 in the table's remap order (HBM part 0,
+    # UVM part rows_hbm); a table left whole keeps its hashed row order and has 0
+    first_row: int
     ranks: tuple[int, ...]  # one rank (table_wise), or the table's column shards' ranks (column_wise)
     kernel: str
     features: tuple[str, ...]
@@ -93,6 +100,141 @@ def split_parts(manifest: Manifest) -> list[TablePart]:
     return [
         p for t in manifest.tables for p in table_parts(t.name, t.features, t.hash_size, t.rows_hbm, t.ranks)
     ]
+
+
+def _parts_of(manifest: Manifest, split: bool) -> list[TablePart]:
+    """The TorchRec tables the plan places: the split layout's parts, or the tables whole."""
+    if split:
+        return split_parts(manifest)
+    return [TablePart(t.name, t.name, t.hash_size, 0, t.ranks, "", t.features) for t in manifest.tables]
+
+
+def _table_of(part: str) -> str:
+    """The table a split layout's part (or a whole table) comes from."""
+    return part.removesuffix(HBM_SUFFIX).removesuffix(UVM_SUFFIX)
+
+
+def check_collection(
+    model: nn.Module, manifest: Manifest, module_path: str, *, split: bool = True
+) -> EmbeddingBagCollection:
+    """The EmbeddingBagCollection at ``module_path`` in ``model``, checked against the manifest:
+    the path names one (a :class:`StaticSplitEmbeddingBagCollection` stands for its own
+    ``collection``), and its tables are the plan's, with the same rows and dims. Errors are in
+    the manifest's terms (tables, not the split layout's ``__hbm``/``__uvm`` parts)."""
+    try:
+        module = model.get_submodule(module_path)
+    except AttributeError:
+        found = [name for name, m in model.named_modules() if isinstance(m, EmbeddingBagCollection)]
+        raise RecShardError(
+            Reason.MANIFEST_MISMATCH,
+            f"module_path {module_path!r} names no module of the model "
+            f"(its EmbeddingBagCollections: {found or 'none'})",
+            fixes=("pass the dotted path of the collection the plan is for",),
+        ) from None
+    if isinstance(module, StaticSplitEmbeddingBagCollection):
+        module = module.collection
+    if not isinstance(module, EmbeddingBagCollection):
+        raise RecShardError(
+            Reason.MANIFEST_MISMATCH,
+            f"module_path {module_path!r} names a {type(module).__name__}, not an EmbeddingBagCollection",
+            fixes=("pass the dotted path of the collection the plan is for",),
+        )
+    configs = {c.name: c for c in module.embedding_bag_configs()}
+    parts = _parts_of(manifest, split)
+    dims = {t.name: t.dim for t in manifest.tables}
+    missing = sorted({p.table for p in parts if p.name not in configs})
+    if missing:
+        raise RecShardError(
+            Reason.MANIFEST_MISMATCH,
+            f"the collection at {module_path!r} lacks the manifest's table(s) {missing[:10]}"
+            + (" (the split layout's parts)" if split else ""),
+            fixes=(
+                "build it with StaticSplitEmbeddingBagCollection(loaded)"
+                if split
+                else "build it with table_configs(manifest, split=False)",
+            ),
+        )
+    extra = sorted({_table_of(n) for n in set(configs) - {p.name for p in parts}})
+    if extra:
+        raise RecShardError(
+            Reason.MANIFEST_MISMATCH,
+            f"the collection at {module_path!r} has table(s) {extra[:10]} the manifest does not plan",
+            fixes=("solve with a model config that has them, or leave them out of the collection",),
+        )
+    for p in parts:
+        c = configs[p.name]
+        if (c.num_embeddings, c.embedding_dim) != (p.rows, dims[p.table]):
+            raise RecShardError(
+                Reason.MANIFEST_MISMATCH,
+                f"table {p.table!r}: the collection's {p.name!r} has {c.num_embeddings} rows x "
+                f"{c.embedding_dim} columns, the manifest plans {p.rows} x {dims[p.table]}",
+                fixes=("build the collection from the same manifest",),
+            )
+    return module
+
+
+def check_world_size(manifest: Manifest, world_size: int) -> None:
+    """One rank per GPU of the plan: fewer cannot hold it, more would sit idle."""
+    if world_size != manifest.num_gpus:
+        raise RecShardError(
+            Reason.MANIFEST_MISMATCH,
+            f"the manifest plans {manifest.num_gpus} ranks (GPUs 0..{manifest.num_gpus - 1}), "
+            f"the process group has {world_size}",
+            fixes=(
+                f"launch {manifest.num_gpus} ranks (torchrun --nproc-per-node ...)",
+                f"solve for {world_size} GPUs (num_gpus in the hardware config)",
+            ),
+        )
+
+
+def distributed_model_parallel(
+    model: nn.Module,
+    loaded: ManifestFile,
+    module_path: str,
+    *,
+    env=None,
+    device: torch.device | None = None,
+    split: bool = True,
+    cache: bool = False,
+    local_world_size: int | None = None,
+    **dmp_kwargs,
+):
+    """``DistributedModelParallel(model, plan=sharding_plan(...))`` after :func:`check_collection`
+    and :func:`check_world_size` (``env``: a TorchRec ``ShardingEnv``, default the world group).
+    On a CPU ``device`` every kernel is ``fused``."""
+    import torch.distributed as dist
+    from torchrec.distributed.model_parallel import DistributedModelParallel
+    from torchrec.distributed.types import ShardingEnv
+
+    manifest = loaded.manifest
+    if env is None:
+        if not dist.is_initialized():
+            raise RecShardError(
+                Reason.MANIFEST_MISMATCH,
+                f"no process group: the manifest plans {manifest.num_gpus} ranks",
+                fixes=("call torch.distributed.init_process_group first (torchrun sets it up)",),
+            )
+        env = ShardingEnv.from_process_group(dist.group.WORLD)
+    check_world_size(manifest, env.world_size)
+    collection = check_collection(model, manifest, module_path, split=split)
+    if isinstance(model.get_submodule(module_path), StaticSplitEmbeddingBagCollection):
+        module_path = f"{module_path}.collection" if module_path else "collection"
+    if device is None:
+        device = (
+            torch.device("cuda", torch.cuda.current_device())
+            if torch.cuda.is_available()
+            else torch.device("cpu")
+        )
+    plan = sharding_plan(
+        manifest,
+        module_path,
+        split=split,
+        cache=cache,
+        local_world_size=local_world_size,
+        device_type=device.type,
+        module=collection,
+    )
+    return DistributedModelParallel(model, env=env, plan=plan, device=device, **dmp_kwargs)
 
 
 def _layout(ranks: tuple[int, ...], kernel: str):
@@ -226,6 +368,22 @@ class _Remap(nn.Module):
         return torch.where(found, self.seen_index[pos.clamp(max=seen - 1)], seen + rows - pos)
 
 
+def _check_ids(t: TablePlacement, feature: str, ids: torch.Tensor) -> None:
+    """Ids are the table's hashed rows: outside [0, hash_size) a split table's remap would alias
+    them to other rows, so they are refused here, in the table's terms."""
+    if ids.numel() == 0:
+        return
+    low, high = torch.aminmax(ids)
+    if low < 0 or high >= t.hash_size:
+        bad = ids[(ids < 0) | (ids >= t.hash_size)][0]
+        raise RecShardError(
+            Reason.MANIFEST_MISMATCH,
+            f"feature {feature!r}: id {int(bad)} is outside table {t.name!r} "
+            f"(rows 0..{t.hash_size - 1}, hash_size {t.hash_size})",
+            fixes=("ids are hashed rows: recshard_stats.hashing.rows_of(keys, hash_size)",),
+        )
+
+
 class StaticSplitEmbeddingBagCollection(nn.Module):
     """What an unsplit EmbeddingBagCollection of the manifest's tables computes, over the split
     layout: ``collection`` holds the HBM and UVM parts (shard it with :func:`sharding_plan`),
@@ -256,10 +414,19 @@ class StaticSplitEmbeddingBagCollection(nn.Module):
 
     def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
         by_feature = features.to_dict()
+        missing = [f for f in self.features if f not in by_feature]
+        if missing:
+            raise RecShardError(
+                Reason.MANIFEST_MISMATCH,
+                f"the batch lacks feature(s) {missing[:10]} of the manifest's tables "
+                f"(it has {sorted(by_feature)[:10]})",
+                fixes=("give every feature of the manifest's tables, with empty bags where it is absent",),
+            )
         keys, values, lengths = [], [], []
         for t in self.tables:
             for f in t.features:
                 ids, bag_lengths = by_feature[f].values(), by_feature[f].lengths()
+                _check_ids(t, f, ids)
                 if not is_split(t):
                     keys.append(f)
                     values.append(ids)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import os
 import pathlib
 from typing import TYPE_CHECKING
 
@@ -78,7 +79,10 @@ def build_manifest(
     stats: StatsPartition,
     options: SolveOptions,
     ds: str,
+    directory: pathlib.Path | None = None,
 ) -> Manifest:
+    """``directory``: where the manifest will live; the stats' location is written relative to it
+    (a copied run still finds its stats: ``ManifestFile.stats_path``)."""
     best = outcome.best
     # each input computed once (the stats digest reads the partition's files); the plan's digest
     # covers all of them but the stats' location
@@ -92,7 +96,7 @@ def build_manifest(
         "solver_settings": settings,
     }
     inputs = ManifestInputs(
-        stats=str(stats.path),
+        stats=stats_location(stats.path, directory),
         stats_digest=stats_sha,
         stats_ds=stats.metadata.ds,
         model_digest=model_sha,
@@ -199,6 +203,14 @@ def _placement(t: TableDemand, shards: TableShards, best: PlanCost, placed: Prob
     )
 
 
+def stats_location(stats: pathlib.Path | str, directory: pathlib.Path | None) -> str:
+    """The stats partition as the manifest names it: relative to the manifest's directory when
+    both are local paths."""
+    if directory is None or "://" in str(stats):
+        return str(stats)
+    return os.path.relpath(pathlib.Path(stats).resolve(), pathlib.Path(directory).resolve())
+
+
 def manifest_dir(root: str | pathlib.Path, ds: str) -> pathlib.Path:
     return pathlib.Path(root) / f"ds={check_ds(ds)}"
 
@@ -230,7 +242,7 @@ def solve_to_manifest(
     target = manifest_dir(out_root, ds)  # checks ds before anything is computed or written
     problem = build_problem(stats, model, hardware)
     outcome = solve_problem(problem, options)
-    manifest = build_manifest(outcome, problem, model, hardware, stats, options, ds)
+    manifest = build_manifest(outcome, problem, model, hardware, stats, options, ds, target)
     path = write_manifest(target / MANIFEST_NAME, manifest)
     write_text_atomic(target / TORCHREC_PLAN_NAME, json.dumps(torchrec_plan(manifest), indent=2) + "\n")
     return path

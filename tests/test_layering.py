@@ -13,7 +13,11 @@ from tests.conftest import ROOT
 
 LIBRARY = ROOT / "recshard_stats"
 SOURCES = [p for d in ("recshard_stats", "solver", "jobs") for p in (ROOT / d).glob("*.py")]
-TORCHREC_MODULES = (LIBRARY / "torchrec_trainer.py", LIBRARY / "torchrec_planner.py")
+TORCHREC_MODULES = (
+    LIBRARY / "torchrec_trainer.py",
+    LIBRARY / "torchrec_checkpoint.py",
+    LIBRARY / "torchrec_planner.py",
+)
 
 
 def _imports(path: pathlib.Path) -> set[str]:

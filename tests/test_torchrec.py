@@ -3,6 +3,7 @@ scripts/setup.sh): the static split computes exactly what the unsplit tables do,
 backward and over SGD steps, and its ShardingPlan is accepted by TorchRec."""
 
 import dataclasses
+import pathlib
 
 import numpy as np
 import pyarrow as pa
@@ -16,9 +17,10 @@ torchrec = pytest.importorskip("torchrec", reason="torchrec is not installed (sc
 
 from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor, PoolingType
 
+from recshard_stats.config import FeatureConfig, TableConfig
 from recshard_stats.costmodel import ComputeKernel
 from recshard_stats.errors import RecShardError
-from recshard_stats.manifest import GpuPlacement, Manifest, RemapFile
+from recshard_stats.manifest import ColumnShard, GpuPlacement, Manifest, RemapFile
 from recshard_stats.manifest_loader import ManifestFile, load_manifest, sha256_data
 from recshard_stats.torchrec_trainer import (
     StaticSplitEmbeddingBagCollection,
@@ -39,15 +41,16 @@ TABLES = [
 ]  # never seen: the remap is empty
 
 
-def _manifest_dir(tmp_path) -> ManifestFile:
-    """A manifest of the tables above (from a real one, resized) with random remaps on disk."""
+def write_manifest_dir(directory, tables=TABLES, num_gpus: int = 2, seed: int = 0) -> ManifestFile:
+    """A manifest of ``tables`` (from a real one, resized) with random remaps on disk, in
+    ``directory``. A table's gpu is a rank, or a tuple of ranks: equal column shards on them."""
     base = Manifest.from_json((ROOT / "tests" / "data" / "manifest_v1_2b2c487.json").read_text())
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     template = base.tables[0]
-    directory = tmp_path / "ds=2026-12-01"
+    directory = pathlib.Path(directory)
     (directory / "remap").mkdir(parents=True)
-    tables = []
-    for name, features, gpu, hash_size, dim, rows_hbm, unique in TABLES:
+    placed = []
+    for name, features, gpu, hash_size, dim, rows_hbm, unique in tables:
         seen = rng.choice(hash_size, unique, replace=False)
         part = directory / "remap" / f"{name}.parquet"
         part.mkdir()
@@ -57,12 +60,18 @@ def _manifest_dir(tmp_path) -> ManifestFile:
             "access_count": pa.array(np.ones(unique), pa.int64()),
         }
         pq.write_table(pa.table(remap), part / "part-0.parquet")
-        tables.append(
+        ranks = gpu if isinstance(gpu, tuple) else (gpu,)
+        width = dim // len(ranks)
+        shards = tuple(
+            ColumnShard(g, i * width, width, template.predicted_cost_ms / len(ranks), 0)
+            for i, g in enumerate(ranks)
+        )
+        placed.append(
             dataclasses.replace(
                 template,
                 name=name,
                 features=features,
-                gpu=gpu,
+                gpu=ranks[0],
                 hash_size=hash_size,
                 dim=dim,
                 rows_hbm=rows_hbm,
@@ -71,22 +80,34 @@ def _manifest_dir(tmp_path) -> ManifestFile:
                 unused_rows=hash_size - unique,
                 feature_pooling=(1.0,) * len(features),
                 remap=RemapFile(f"remap/{name}.parquet", sha256_data(part), unique),
+                column_shards=shards if len(ranks) > 1 else (),
             )
         )
-    gpus = tuple(
-        GpuPlacement(
-            g,
-            tuple(t.name for t in tables if t.gpu == g),
-            int(sum(t.rows_hbm * t.row_bytes for t in tables if t.gpu == g)),
-            10**6,
-            sum(t.predicted_cost_ms for t in tables if t.gpu == g),
+    gpus = []
+    for g in range(num_gpus):
+        parts = [(t, p) for t in placed for p in t.gpu_parts if p.gpu == g]
+        gpus.append(
+            GpuPlacement(
+                g,
+                tuple(t.name for t, _ in parts),
+                round(sum(t.rows_hbm * t.row_bytes * p.share for t, p in parts)),
+                10**7,
+                sum(p.predicted_cost_ms for _, p in parts),
+            )
         )
-        for g in range(2)
-    )
     plan = dataclasses.replace(base.plan, objective_ms=max(g.predicted_cost_ms for g in gpus), baselines=())
-    manifest = dataclasses.replace(base, tables=tuple(tables), gpus=gpus, plan=plan)
+    model = dataclasses.replace(
+        base.model,
+        features=tuple(FeatureConfig(f, "int64") for t in placed for f in t.features),
+        tables=tuple(TableConfig(t.name, t.features, t.hash_size, t.dim, t.hash) for t in placed),
+    )
+    manifest = dataclasses.replace(base, model=model, tables=tuple(placed), gpus=tuple(gpus), plan=plan)
     (directory / "manifest.json").write_text(manifest.to_json())
     return load_manifest(directory)
+
+
+def _manifest_dir(tmp_path) -> ManifestFile:
+    return write_manifest_dir(tmp_path / "ds=2026-12-01")
 
 
 @pytest.fixture
@@ -386,7 +407,9 @@ def test_the_run_manifests_plan_fits_torchrecs_storage_estimate(run_manifest):
     from recshard_stats.torchrec_planner import rate_in_torchrec
 
     manifest = load_manifest(run_manifest).manifest
-    problem = build_problem(load_stats(manifest.inputs.stats), manifest.model, manifest.hardware)
+    problem = build_problem(
+        load_stats(load_manifest(run_manifest).stats_path), manifest.model, manifest.hardware
+    )
     gpu, rows = tuple(t.ranks for t in manifest.tables), tuple(t.rows_hbm for t in manifest.tables)
     rating = rate_in_torchrec(problem, gpu, rows)
     assert rating.fits, (rating.hbm_needed, rating.hbm_usable)
@@ -600,3 +623,106 @@ def test_torchrec_gets_its_bandwidths_in_bytes_per_ms():
     # and in TorchRec's unit: 1024 x 5 lookups of dim x 4 bytes from UVM at 32 GiB/s take about that long
     moved = 1024 * 5 * t.dim * 4
     assert perf["ours", ComputeKernel.FUSED_UVM].fwd_compute >= moved / HBM_TO_DDR_MEM_BW
+
+
+def test_ids_outside_a_table_and_missing_features_are_refused_in_the_tables_terms(loaded):
+    from recshard_stats.torchrec_trainer import _check_ids
+
+    split = StaticSplitEmbeddingBagCollection(loaded)
+    kjt = _batch(loaded, np.random.default_rng(3))
+    by_feature = kjt.to_dict()
+    for feature, bad in (("fa", -1), ("fb", 40)):  # 'a' is split (the remap would alias -1), 'b' whole
+        names = list(by_feature)
+        values = [by_feature[f].values() for f in names]
+        i = names.index(feature)
+        values[i] = torch.cat([values[i], torch.tensor([bad])])
+        lengths = [by_feature[f].lengths().clone() for f in names]
+        lengths[i][-1] += 1
+        bad_kjt = KeyedJaggedTensor.from_lengths_sync(
+            keys=names, values=torch.cat(values), lengths=torch.cat(lengths)
+        )
+        table = loaded.manifest.table(feature[1])
+        with pytest.raises(
+            RecShardError,
+            match=rf"feature '{feature}': id {bad} is outside table '{table.name}' "
+            rf"\(rows 0..{table.hash_size - 1}, hash_size {table.hash_size}\)",
+        ):
+            split(bad_kjt)
+    _check_ids(loaded.manifest.table("a"), "fa", torch.tensor([0, 49]))  # the edges are rows
+    partial = KeyedJaggedTensor.from_lengths_sync(
+        keys=["fa"], values=by_feature["fa"].values(), lengths=by_feature["fa"].lengths()
+    )
+    with pytest.raises(RecShardError, match=r"the batch lacks feature\(s\) \['fb', 'fc', 'd1', 'd2', 'fe'\]"):
+        split(partial)
+
+
+def test_the_model_and_the_process_group_are_checked_against_the_manifest(loaded):
+    from torch import nn
+
+    from recshard_stats.torchrec_trainer import check_collection, check_world_size, table_configs
+
+    class Model(nn.Module):
+        def __init__(self, sparse):
+            super().__init__()
+            self.sparse = sparse
+
+    split = StaticSplitEmbeddingBagCollection(loaded, device=torch.device("meta"))
+    model = Model(split)
+    assert check_collection(model, loaded.manifest, "sparse") is split.collection  # the split module's own
+    assert check_collection(model, loaded.manifest, "sparse.collection") is split.collection
+    with pytest.raises(RecShardError, match=r"module_path 'dense' names no module .*\['sparse.collection'\]"):
+        check_collection(model, loaded.manifest, "dense")
+    fewer = loaded.restricted(["a", "b", "c", "d"])  # a collection without table 'e'
+    other = Model(StaticSplitEmbeddingBagCollection(fewer, device=torch.device("meta")))
+    with pytest.raises(RecShardError, match=r"lacks the manifest's table\(s\) \['e'\]"):
+        check_collection(other, loaded.manifest, "sparse")
+    with pytest.raises(RecShardError, match=r"has table\(s\) \['e'\] the manifest does not plan"):
+        check_collection(model, fewer.manifest, "sparse")
+    plain = Model(
+        EmbeddingBagCollection(
+            tables=table_configs(loaded.manifest, split=False), device=torch.device("meta")
+        )
+    )
+    check_collection(plain, loaded.manifest, "sparse", split=False)
+    with pytest.raises(  # the split tables' parts are not in a collection of whole tables
+        RecShardError, match=r"lacks the manifest's table\(s\) \['a', 'd', 'e'\] \(the split layout's parts\)"
+    ):
+        check_collection(plain, loaded.manifest, "sparse")
+    check_world_size(loaded.manifest, 2)
+    for world in (1, 4):
+        with pytest.raises(
+            RecShardError, match=rf"the manifest plans 2 ranks \(GPUs 0..1\), the process group has {world}"
+        ):
+            check_world_size(loaded.manifest, world)
+
+
+def test_a_restricted_manifest_plans_its_tables_as_before(loaded):
+    fewer = loaded.restricted(["d", "a"])
+    m = fewer.manifest
+    assert [t.name for t in m.tables] == ["a", "d"]  # manifest order
+    assert [g.tables for g in m.gpus] == [("a", "d"), ()]
+    assert m.gpus[0].hbm_bytes_used == round(sum(t.rows_hbm * t.row_bytes for t in m.tables))
+    assert m.plan.objective_ms == pytest.approx(sum(t.predicted_cost_ms for t in m.tables))
+    assert Manifest.from_json(m.to_json()) == m  # it validates
+    assert {t.name for t in m.model.tables} == {"a", "d"}
+    unsplit = _unsplit(fewer, PoolingType.SUM)
+    split = _split(fewer, PoolingType.SUM, unsplit)
+    kjt = _batch(fewer, np.random.default_rng(4))
+    torch.testing.assert_close(split(kjt).values(), unsplit(kjt).values())
+    with pytest.raises(RecShardError, match=r"cannot restrict the manifest to \['z'\]"):
+        loaded.restricted(["a", "z"])
+
+
+@pytest.mark.slow  # shares the `recshard run` above
+def test_a_copied_run_finds_its_stats_from_the_manifest(run_manifest, tmp_path):
+    import shutil
+
+    from recshard_stats.stats_reader import load_stats, stats_digest
+
+    run = run_manifest.parent.parent  # <run>/manifests/ds=...
+    assert not pathlib.Path(load_manifest(run_manifest).manifest.inputs.stats).is_absolute()
+    copy = tmp_path / "moved"
+    shutil.copytree(run, copy)
+    loaded = load_manifest(copy / "manifests" / run_manifest.name)
+    assert pathlib.Path(loaded.stats_path).resolve().is_relative_to(copy.resolve())
+    assert stats_digest(load_stats(loaded.stats_path)) == loaded.manifest.inputs.stats_digest
