@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from recshard_stats.solver.kernel_groups import has_call_costs
 from recshard_stats.solver.plan import Plan
 from recshard_stats.solver.problem import Problem
 from recshard_stats.solver.waterfill import alone_cost, alone_uvm_time, pooled_bound
@@ -48,17 +49,21 @@ def choose_shards(problem: Problem, max_column_shards: int) -> tuple[int, ...]:
 
 # the ladder starts with every table cut as much as it may be while that makes at most this many
 # entries: column shards of every table on every GPU share the HBM of all GPUs alike (the pooled
-# bound's picture), which balances models of a few dozen tables where the hot ones alone do not
-ALL_CUT_ENTRIES = 1000
+# bound's picture), which balances models of a few dozen tables where the hot ones alone do not.
+# Not more: the exact split of shards that keep their siblings' rows is not bounded by the time
+# limit (100 tables x 8 GPUs cut 8 ways: 158 s of a 60 s limit, for a worse plan)
+ALL_CUT_ENTRIES = 256
 
 
 def cut_ladder(problem: Problem, max_column_shards: int) -> list[tuple[int, ...]]:
     """The cuts the search tries, most cut first: every table cut as much as it may be (when that
-    stays within ALL_CUT_ENTRIES entries), :func:`choose_shards`'s, then each table's count
+    stays within ALL_CUT_ENTRIES entries and calls cost nothing fixed), :func:`choose_shards`'s, then each table's count
     halved, down to every table whole (always last): fewer shards are tried before none."""
     most = tuple(t.most_column_shards(problem.num_gpus, max_column_shards) for t in problem.tables)
     cuts = choose_shards(problem, max_column_shards)
-    ladder = [most] if most != cuts and sum(most) <= ALL_CUT_ENTRIES else []
+    # with a fixed cost per kernel call every GPU would run every table's rows (each its own call)
+    all_cut = most != cuts and sum(most) <= ALL_CUT_ENTRIES and not has_call_costs(problem)
+    ladder = [most] if all_cut else []
     ladder.append(cuts)
     while any(k > 1 for k in cuts):
         cuts = tuple(max(1, k // 2) for k in cuts)
