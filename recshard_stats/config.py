@@ -346,6 +346,11 @@ def load_model_config(path: str | pathlib.Path) -> ModelConfig:
     return parse_model_config(read_config_file(path), source=str(path))
 
 
+# bytes_per_element -> the weights' data type (TorchRec's DataType names): what the trainer's
+# TorchRec tables are built as
+WEIGHT_DATA_TYPES = {4: "fp32", 2: "fp16"}
+
+
 def parse_hardware_config(data: dict, source: str = "hardware config") -> HardwareConfig:
     """Sizes in GiB (``*_gib``) or bytes; bandwidths in GB/s (``*_gbps``, 1e9 bytes/s)."""
     _check_keys(source, data, HARDWARE_KEYS)
@@ -400,6 +405,16 @@ def parse_hardware_config(data: dict, source: str = "hardware config") -> Hardwa
     comm_bw = (
         _positive_number(source, data, "comm_bandwidth_gbps") * 1e9 if "comm_bandwidth_gbps" in data else 0.0
     )
+    element = _positive_int(
+        source, {"bytes_per_element": data.get("bytes_per_element", 4)}, "bytes_per_element"
+    )
+    if element not in WEIGHT_DATA_TYPES:
+        raise _fail(
+            source,
+            f"bytes_per_element {element}: the weights are fp32 (4) or fp16 (2), as the trainer's TorchRec "
+            "tables are built",
+            "set bytes_per_element to 4 or 2",
+        )
     return HardwareConfig(
         cost_model=cost_model,
         comm_bandwidth=comm_bw,
@@ -410,9 +425,7 @@ def parse_hardware_config(data: dict, source: str = "hardware config") -> Hardwa
         hbm_bandwidth=hbm_bw,
         uvm_bandwidth=uvm_bw,
         batch_size=_positive_int(source, {"batch_size": data.get("batch_size", 65536)}, "batch_size"),
-        bytes_per_element=_positive_int(
-            source, {"bytes_per_element": data.get("bytes_per_element", 4)}, "bytes_per_element"
-        ),
+        bytes_per_element=element,
         optimizer_state_multiplier=_positive_number(source, data, "optimizer_state_multiplier", 1.0),
         index_bytes=_non_negative_int(source, data, "index_bytes", HardwareConfig.index_bytes),
         output_bytes_per_element=_non_negative_int(

@@ -16,6 +16,7 @@ from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, PoolingType
 from torchrec.distributed.planner.constants import UVM_CACHING_RATIO
 from torchrec.distributed.planner.types import ParameterConstraints
 from torchrec.distributed.types import CacheParams
+from torchrec.modules.embedding_configs import DataType
 
 from recshard_stats.costmodel import ComputeKernel, GpuCosts, ShardingType, TierShare, shard_cost
 from recshard_stats.export import unsplit_kernel
@@ -24,11 +25,16 @@ from recshard_stats.solver.problem import Problem, TableDemand
 from recshard_stats.torchrec_trainer import (
     ProfiledCacheStatistics,
     TablePart,
-    seen_share,
     table_parts,
     whole_table_configs,
 )
 from recshard_stats.units import MS_PER_S
+
+
+def seen_share(unique_rows: int, hash_size: int) -> float:
+    """The cache load factor that holds every row the profile saw (TorchRec refuses 0): what the
+    planner fed the profile's statistics gets, with no RecShard plan to size its cache."""
+    return max(unique_rows / hash_size, 1e-6)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +99,14 @@ def cost_torchrec_plan(problem: Problem, shards) -> GpuCosts:
 
 
 def _collection(problem: Problem) -> EmbeddingBagCollection:
-    return EmbeddingBagCollection(tables=whole_table_configs(problem.tables), device=torch.device("meta"))
+    """The problem's tables whole, in the weights' data type (TorchRec's storage estimate counts
+    its bytes)."""
+    # TorchRec's storage estimate takes the element size from the data type; a hardware config
+    # admits fp32 and fp16 (what the trainer builds), hand-made problems other sizes too
+    dtype = {1: DataType.INT8, 2: DataType.FP16}.get(problem.hardware.bytes_per_element, DataType.FP32)
+    return EmbeddingBagCollection(
+        tables=whole_table_configs(problem.tables, dtype), device=torch.device("meta")
+    )
 
 
 def _topology(problem: Problem):

@@ -34,15 +34,14 @@ from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTens
 from torchrec.distributed.planner.types import ParameterConstraints
 from torchrec.distributed.sharding_plan import column_wise, construct_module_sharding_plan, table_wise
 from torchrec.distributed.types import CacheParams, CacheStatistics, ShardingPlan
+from torchrec.modules.embedding_configs import DataType
 
 from recshard_stats.costmodel import ComputeKernel
 from recshard_stats.errors import Reason, RecShardError
-from recshard_stats.export import unsplit_kernel
+from recshard_stats.export import HBM_SUFFIX, UVM_SUFFIX, data_type_name, parts_of, unsplit_kernel
 from recshard_stats.manifest import Manifest, TablePlacement
 from recshard_stats.manifest_loader import ManifestFile
 from recshard_stats.solver.problem import TableDemand
-
-HBM_SUFFIX, UVM_SUFFIX = "__hbm", "__uvm"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,30 +67,22 @@ def is_split(t: TablePlacement) -> bool:
 def table_parts(
     name: str, features: tuple[str, ...], hash_size: int, rows_hbm: int, ranks: tuple[int, ...]
 ) -> list[TablePart]:
-    """One table in the split layout: itself whole (``fused`` or ``fused_uvm``), or its HBM part
+    """One table in the split layout (:func:`recshard_stats.export.parts_of`, what
+    ``torchrec_plan.json`` states): itself whole (``fused`` or ``fused_uvm``), or its HBM part
     then its UVM part when it has rows in both tiers; each part on the table's ranks (column
     shards of a table cut column-wise hold the same rows)."""
-    if rows_hbm in (0, hash_size):
-        return [TablePart(name, name, hash_size, 0, ranks, unsplit_kernel(rows_hbm, hash_size)[0], features)]
+    parts = parts_of(name, hash_size, rows_hbm)
     return [
         TablePart(
-            name + HBM_SUFFIX,
+            p["name"],
             name,
-            rows_hbm,
-            0,
+            p["num_embeddings"],
+            p["first_row"],
             ranks,
-            ComputeKernel.FUSED,
-            tuple(f + HBM_SUFFIX for f in features),
-        ),
-        TablePart(
-            name + UVM_SUFFIX,
-            name,
-            hash_size - rows_hbm,
-            rows_hbm,
-            ranks,
-            ComputeKernel.FUSED_UVM,
-            tuple(f + UVM_SUFFIX for f in features),
-        ),
+            p["compute_kernel"],
+            features if len(parts) == 1 else tuple(f + p["name"][len(name) :] for f in features),
+        )
+        for p in parts
     ]
 
 
@@ -161,8 +152,20 @@ def check_collection(
             f"the collection at {module_path!r} has table(s) {extra[:10]} the manifest does not plan",
             fixes=("solve with a model config that has them, or leave them out of the collection",),
         )
+    dtype = data_type(manifest.hardware.bytes_per_element)
     for p in parts:
         c = configs[p.name]
+        if c.data_type != dtype:
+            raise RecShardError(
+                Reason.MANIFEST_MISMATCH,
+                f"table {p.table!r}: the collection's {p.name!r} holds {c.data_type.name} weights, the "
+                f"manifest was solved for {dtype.name} (bytes_per_element "
+                f"{manifest.hardware.bytes_per_element})",
+                fixes=(
+                    "build the collection with table_configs(manifest)",
+                    "solve for the data type you train in",
+                ),
+            )
         if (c.num_embeddings, c.embedding_dim) != (p.rows, dims[p.table]):
             raise RecShardError(
                 Reason.MANIFEST_MISMATCH,
@@ -244,9 +247,16 @@ def _layout(ranks: tuple[int, ...], kernel: str):
     return column_wise(ranks=list(ranks), compute_kernel=kernel)
 
 
+def data_type(bytes_per_element: int) -> DataType:
+    """TorchRec's DataType of the weights (a hardware config's ``bytes_per_element``)."""
+    return DataType.FP16 if data_type_name(bytes_per_element) == "fp16" else DataType.FP32
+
+
 def table_configs(manifest: Manifest, *, split: bool = True) -> list[EmbeddingBagConfig]:
     """EmbeddingBagConfigs of the split layout (sum pooling: the split module pools itself),
-    or of the unsplit tables."""
+    or of the unsplit tables, in the weights' data type (fp16 when the plan was solved with
+    ``bytes_per_element: 2``)."""
+    dtype = data_type(manifest.hardware.bytes_per_element)
     if split:
         dims = {t.name: t.dim for t in manifest.tables}
         return [
@@ -256,13 +266,14 @@ def table_configs(manifest: Manifest, *, split: bool = True) -> list[EmbeddingBa
                 num_embeddings=p.rows,
                 feature_names=list(p.features),
                 pooling=PoolingType.SUM,
+                data_type=dtype,
             )
             for p in split_parts(manifest)
         ]
-    return whole_table_configs(manifest.tables)
+    return whole_table_configs(manifest.tables, dtype)
 
 
-def whole_table_configs(tables) -> list[EmbeddingBagConfig]:
+def whole_table_configs(tables, dtype: DataType = DataType.FP32) -> list[EmbeddingBagConfig]:
     """One sum-pooled EmbeddingBagConfig per table (manifest or solver tables: name, dim,
     hash_size, features)."""
     return [
@@ -272,6 +283,7 @@ def whole_table_configs(tables) -> list[EmbeddingBagConfig]:
             num_embeddings=t.hash_size,
             feature_names=list(t.features),
             pooling=PoolingType.SUM,
+            data_type=dtype,
         )
         for t in tables
     ]
@@ -329,18 +341,15 @@ def _with_cache(generator, cache_params: CacheParams):
     return generate
 
 
-def seen_share(unique_rows: int, hash_size: int) -> float:
-    """The cache load factor that holds every row the profile saw (TorchRec refuses 0)."""
-    return max(unique_rows / hash_size, 1e-6)
-
-
 def parameter_constraints(manifest: Manifest, *, cache: bool = True) -> dict[str, ParameterConstraints]:
     """For teams that keep TorchRec's planner: per table, the measured pooling factors (mean ids
-    per sample of each feature) and, when ``cache``, cache statistics from the profile (load
-    factor = the share of rows the profile saw, which a cache holding them would need)."""
+    per sample of each feature) and, when ``cache``, for each table the plan splits, TorchRec's
+    cache sized as the plan's HBM part: load factor = ``rows_hbm / hash_size``, the one meaning
+    of a cache load factor in this package (``sharding_plan(..., cache=True)`` uses the same)."""
     out = {}
     for t in manifest.tables:
-        params = CacheParams(load_factor=seen_share(t.unique_rows, t.hash_size)) if cache else None
+        _, load_factor = unsplit_kernel(t.rows_hbm, t.hash_size)
+        params = CacheParams(load_factor=load_factor) if cache and load_factor is not None else None
         out[t.name] = ParameterConstraints(
             pooling_factors=list(t.feature_pooling), feature_names=list(t.features), cache_params=params
         )

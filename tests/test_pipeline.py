@@ -119,13 +119,20 @@ def test_solve_with_each_required_solver(pipeline, solver, tmp_path):
         # a table cut into column shards is column-wise on its shards' GPUs (in column order)
         assert exported["ranks"] == ([s.gpu for s in t.column_shards] or [t.gpu])
         assert exported["sharding_type"] == ("column_wise" if t.column_shards else "table_wise")
-        if t.rows_hbm == t.hash_size:
-            assert exported["compute_kernel"] == "fused" and exported["cache_load_factor"] is None
-        elif t.rows_hbm == 0:  # a cache with no rows is no cache: TorchRec refuses load factor 0
-            assert exported["compute_kernel"] == "fused_uvm" and exported["cache_load_factor"] is None
+        # the static split that runs: whole tables fused or fused_uvm, split ones as two parts
+        if t.rows_hbm in (0, t.hash_size):
+            kernel = "fused" if t.rows_hbm == t.hash_size else "fused_uvm"
+            assert exported["parts"] == [
+                {"name": t.name, "compute_kernel": kernel, "num_embeddings": t.hash_size, "first_row": 0}
+            ]
         else:
-            assert exported["compute_kernel"] == "fused_uvm_caching"
-            assert exported["cache_load_factor"] == pytest.approx(t.rows_hbm / t.hash_size)
+            assert [
+                (p["compute_kernel"], p["num_embeddings"], p["first_row"]) for p in exported["parts"]
+            ] == [
+                ("fused", t.rows_hbm, 0),
+                ("fused_uvm", t.hash_size - t.rows_hbm, t.rows_hbm),
+            ]
+    assert torchrec["layout"] == "static_split" and torchrec["data_type"] == "fp32"
 
 
 def test_loader_maps_ids_like_an_independent_computation(pipeline):

@@ -3,6 +3,7 @@ scripts/setup.sh): the static split computes exactly what the unsplit tables do,
 backward and over SGD steps, and its ShardingPlan is accepted by TorchRec."""
 
 import dataclasses
+import json
 import pathlib
 
 import numpy as np
@@ -446,7 +447,12 @@ def test_torchrecs_planner_takes_the_measured_statistics(loaded):
 
     constraints = parameter_constraints(loaded.manifest)
     assert constraints["d"].pooling_factors == [1.0, 1.0] and constraints["d"].feature_names == ["d1", "d2"]
-    assert constraints["a"].cache_params.load_factor == pytest.approx(30 / 50)  # rows the profile saw
+    # TorchRec's cache sized as the plan's HBM part (split tables only): one meaning everywhere
+    assert constraints["a"].cache_params.load_factor == pytest.approx(20 / 50)
+    assert sharding_plan(loaded.manifest, split=False, cache=True).plan[""]["a"].cache_params.load_factor == (
+        constraints["a"].cache_params.load_factor
+    )
+    assert constraints["b"].cache_params is None and constraints["c"].cache_params is None
     collection = EmbeddingBagCollection(
         tables=table_configs(loaded.manifest, split=False), device=torch.device("meta")
     )
@@ -461,15 +467,18 @@ def test_torchrecs_planner_takes_the_measured_statistics(loaded):
     assert all(set(p.ranks) <= {0, 1} for p in planned.values())
 
 
-def _problem():
+def _problem(element: int = 4):
     from tests.test_solver import random_problem
 
     problem = random_problem(12, 2, seed=4)
-    # fp32 rows, as TorchRec's tables hold them; 4x the HBM keeps the same pressure
+    # fp32 (or fp16) rows, as TorchRec's tables hold them; 4x (2x) the HBM keeps the same pressure
     hw = dataclasses.replace(
-        problem.hardware, hbm_bytes_per_gpu=problem.hardware.hbm_bytes_per_gpu * 4, batch_size=4096
+        problem.hardware,
+        hbm_bytes_per_gpu=problem.hardware.hbm_bytes_per_gpu * element,
+        batch_size=4096,
+        bytes_per_element=element,
     )
-    tables = tuple(dataclasses.replace(t, row_bytes=4.0 * t.dim) for t in problem.tables)
+    tables = tuple(dataclasses.replace(t, row_bytes=float(element * t.dim)) for t in problem.tables)
     return dataclasses.replace(problem, tables=tables, hardware=hw)
 
 
@@ -534,15 +543,17 @@ def test_torchrecs_planner_is_a_baseline_rated_in_both_models():
     )  # weights and more (inputs, outputs)
 
 
-def test_a_solved_plan_fits_torchrecs_storage_estimate():
+@pytest.mark.parametrize("element", [4, pytest.param(2, marks=pytest.mark.slow)])
+def test_a_solved_plan_fits_torchrecs_storage_estimate(element):
     """The solver keeps HBM for the trainer's ids and pooled outputs: its plan fits TorchRec's own
-    storage estimate for the same ranks and kernels (the static split's parts); the same solve
-    without them fills HBM with rows and overflows it."""
+    storage estimate for the same ranks and kernels (the static split's parts, in the weights'
+    data type: fp16 rows planned as fp16 tables); the same solve without them fills HBM with rows
+    and overflows it."""
     from recshard_stats.solver.column_split import table_shards
     from recshard_stats.solver.solve import solve_problem
     from recshard_stats.torchrec_planner import rate_in_torchrec
 
-    base = _problem()
+    base = _problem(element)
     with_buffers = dataclasses.replace(
         base, hardware=dataclasses.replace(base.hardware, index_bytes=8, output_bytes_per_element=4)
     )
@@ -726,3 +737,65 @@ def test_a_copied_run_finds_its_stats_from_the_manifest(run_manifest, tmp_path):
     loaded = load_manifest(copy / "manifests" / run_manifest.name)
     assert pathlib.Path(loaded.stats_path).resolve().is_relative_to(copy.resolve())
     assert stats_digest(load_stats(loaded.stats_path)) == loaded.manifest.inputs.stats_digest
+
+
+def test_fp16_plans_build_fp16_tables_and_a_fp32_module_is_refused(tmp_path):
+    """bytes_per_element 2 flows from the hardware config in the manifest to every TorchRec
+    object (and torchrec_plan.json); a collection in another data type is an error."""
+    from torch import nn
+    from torchrec.modules.embedding_configs import DataType
+
+    from recshard_stats.export import torchrec_plan
+    from recshard_stats.torchrec_trainer import check_collection, table_configs
+
+    fp32 = _manifest_dir(tmp_path)
+    manifest = dataclasses.replace(
+        fp32.manifest, hardware=dataclasses.replace(fp32.manifest.hardware, bytes_per_element=2)
+    )
+    half = ManifestFile(fp32.path, manifest)
+    assert {c.data_type for c in table_configs(manifest)} == {DataType.FP16}
+    assert {c.data_type for c in table_configs(manifest, split=False)} == {DataType.FP16}
+    assert (
+        torchrec_plan(manifest)["data_type"] == "fp16" and torchrec_plan(fp32.manifest)["data_type"] == "fp32"
+    )
+    split = StaticSplitEmbeddingBagCollection(half)
+    assert {p.dtype for p in split.collection.parameters()} == {torch.float16}
+    unsplit = EmbeddingBagCollection(tables=table_configs(manifest, split=False))
+    weights = {t.name: unsplit.embedding_bags[t.name].weight.detach() for t in manifest.tables}
+    split.collection.load_state_dict(split_state_dict(half, weights))
+    kjt = _batch(half, np.random.default_rng(5))
+    torch.testing.assert_close(
+        split(kjt).values().float(), unsplit(kjt).values().float(), rtol=2e-3, atol=2e-3
+    )
+
+    class Model(nn.Module):
+        def __init__(self, sparse):
+            super().__init__()
+            self.sparse = sparse
+
+    with pytest.raises(
+        RecShardError,
+        match=r"table 'a': the collection's 'a__hbm' holds FP32 weights, the manifest was solved for FP16",
+    ):
+        check_collection(
+            Model(StaticSplitEmbeddingBagCollection(fp32, device=torch.device("meta"))), manifest, "sparse"
+        )
+
+
+def test_torchrec_plan_json_states_the_static_split_that_runs(loaded):
+    from recshard_stats.export import torchrec_plan
+
+    plan = torchrec_plan(loaded.manifest)
+    assert plan["layout"] == "static_split" and plan["version"] == 2
+    assert "fused_uvm_caching" not in json.dumps(plan) and "cache_load_factor" not in json.dumps(plan)
+    a, b, c = (plan["tables"][n] for n in "abc")
+    assert a["parts"] == [
+        {"name": "a__hbm", "compute_kernel": "fused", "num_embeddings": 20, "first_row": 0},
+        {"name": "a__uvm", "compute_kernel": "fused_uvm", "num_embeddings": 30, "first_row": 20},
+    ]
+    assert b["parts"] == [{"name": "b", "compute_kernel": "fused", "num_embeddings": 40, "first_row": 0}]
+    assert c["parts"] == [{"name": "c", "compute_kernel": "fused_uvm", "num_embeddings": 30, "first_row": 0}]
+    # the parts are the split layout the trainer builds
+    assert [p["name"] for t in plan["tables"].values() for p in t["parts"]] == [
+        p.name for p in split_parts(loaded.manifest)
+    ]
