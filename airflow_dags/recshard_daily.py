@@ -9,6 +9,11 @@ that loads and validates in full. Tasks pass paths through XCom, never data. Set
 a Variable ``recshard_<key>`` overrides the file for every run of a deployment, and a run's own
 conf (``airflow dags trigger recshard_daily -c '{"solver": "highs"}'``) overrides both.
 Nothing heavy happens at import: one small YAML file is read.
+
+Every setting is a Param with a schema: a run's conf that breaks one (an unknown solver, a
+negative time limit, a path with a newline) is refused when the run is created. In the shell
+commands every templated value is quoted (``shell_quote``): a value is one argument, never shell
+syntax, so ``{"solver": "cbc; touch /tmp/x"}`` reaches recshard as that one (refused) word.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import datetime
 import os
 import pathlib
+import shlex
 
 import yaml
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -37,13 +43,37 @@ def _default(key: str):
     return value
 
 
+# each setting's schema (JSON Schema, as Airflow's Param checks a run's conf): solver names as
+# the CLI's --solver takes them, a time limit the CLI takes, paths without control characters
+_PATH: dict[str, object] = {"type": "string", "pattern": "^[^\\x00-\\x1f]*$"}
+SCHEMAS: dict[str, dict[str, object]] = {
+    "model": {**_PATH, "minLength": 1},
+    "hardware": {**_PATH, "minLength": 1},
+    "logs_root": {**_PATH, "minLength": 1},
+    "stats_root": {**_PATH, "minLength": 1},
+    "manifests_root": {**_PATH, "minLength": 1},
+    "recshard": {**_PATH, "minLength": 1},
+    "pyspark_python": {**_PATH, "minLength": 1},
+    "py_files": _PATH,
+    "spark_conn_id": {"type": "string", "pattern": "^[A-Za-z0-9_.-]+$"},
+    "solver": {"type": "string", "enum": ["glpk", "cbc", "highs"]},
+    "time_limit": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400},
+}
+
+
+def _expression(key: str) -> str:
+    return f"(dag_run.conf['{key}'] if '{key}' in (dag_run.conf or {{}}) else var.value.get('recshard_{key}', params.{key}))"
+
+
 def setting(key: str) -> str:
     """A templated setting: the run's conf if it gives the key, else Variable recshard_<key>, else
     the file's default (the param's default)."""
-    return (
-        f"{{{{ dag_run.conf['{key}'] if '{key}' in (dag_run.conf or {{}}) "
-        f"else var.value.get('recshard_{key}', params.{key}) }}}}"
-    )
+    return f"{{{{ {_expression(key)} }}}}"
+
+
+def shell_setting(key: str) -> str:
+    """A setting in a shell command: quoted, one argument whatever it holds."""
+    return f"{{{{ {_expression(key)} | string | shell_quote }}}}"
 
 
 def _logs_landed(marker: str) -> bool:
@@ -52,6 +82,7 @@ def _logs_landed(marker: str) -> bool:
 
 STATS = setting("stats_root") + "/ds={{ ds }}"
 MANIFEST = "{{ ti.xcom_pull(task_ids='solve') }}"
+MANIFEST_QUOTED = "{{ ti.xcom_pull(task_ids='solve') | string | shell_quote }}"
 SPARK_CONF = {
     "spark.pyspark.python": setting("pyspark_python"),
     "spark.pyspark.driver.python": setting("pyspark_python"),
@@ -78,7 +109,12 @@ with DAG(
     catchup=False,
     max_active_runs=1,
     default_args={"retries": DEFAULTS["retries"], "retry_delay": datetime.timedelta(minutes=5)},
-    params={key: Param(_default(key)) for key in DEFAULTS if key not in ("retries", "logs_wait_hours")},
+    params={
+        key: Param(_default(key), **SCHEMAS[key])
+        for key in DEFAULTS
+        if key not in ("retries", "logs_wait_hours")
+    },
+    user_defined_filters={"shell_quote": shlex.quote},
     tags=["recshard"],
     doc_md=__doc__,
 ) as dag:
@@ -108,36 +144,36 @@ with DAG(
     solve = BashOperator(
         task_id="solve",  # prints the manifest's path last: that line is the XCom
         bash_command=(
-            setting("recshard")
+            shell_setting("recshard")
             + " solve --stats "
-            + STATS
-            + " --model "
-            + setting("model")
+            + shell_setting("stats_root")
+            + "/ds={{ ds }} --model "
+            + shell_setting("model")
             + " --hardware "
-            + setting("hardware")
+            + shell_setting("hardware")
             + " --out "
-            + setting("manifests_root")
+            + shell_setting("manifests_root")
             + " --ds {{ ds }} --solver "
-            + setting("solver")
+            + shell_setting("solver")
             + " --time-limit "
-            + setting("time_limit")
+            + shell_setting("time_limit")
         ),
     )
     remap = spark_job("remap", "remap", ["--manifest", MANIFEST, "--stats", STATS])
     validate = BashOperator(
         task_id="validate",
-        bash_command=setting("recshard")
+        bash_command=shell_setting("recshard")
         + " validate --manifest "
-        + MANIFEST
+        + MANIFEST_QUOTED
         + " --model "
-        + setting("model"),
+        + shell_setting("model"),
     )
     publish = BashOperator(
         task_id="publish",
-        bash_command=setting("recshard")
+        bash_command=shell_setting("recshard")
         + " publish --manifest "
-        + MANIFEST
+        + MANIFEST_QUOTED
         + " --root "
-        + setting("manifests_root"),
+        + shell_setting("manifests_root"),
     )
     wait_for_logs >> profile >> solve >> remap >> validate >> publish

@@ -3,6 +3,7 @@
 
 import json
 import os
+import shlex
 import subprocess
 
 import pytest
@@ -142,3 +143,43 @@ print(json.dumps(out))
     assert "--solver glpk " in rendered["variable"]
     assert "--solver highs " in rendered["run"]
     assert "--ds 2026-12-01 " in rendered["run"] and "--time-limit 30" in rendered["run"]
+
+
+def test_a_runs_conf_is_one_quoted_argument_and_checked_against_its_schema(airflow_env, tmp_path):
+    """Command injection through a run's conf: the rendered command holds the value as one word,
+    and `airflow dags test` with it refuses the run (the Param's schema) before any task runs."""
+    env, _ = airflow_env
+    marker = tmp_path / "injected"
+    evil = f"cbc; touch {marker}; echo"
+    script = """
+import json, types
+from airflow.dag_processing.dagbag import DagBag
+dag = DagBag(dag_folder=DAG_FOLDER).get_dag("recshard_daily")
+params = {k: p.value for k, p in dag.params.items()}
+context = {"dag_run": types.SimpleNamespace(conf={"solver": EVIL, "model": "a b/$(touch X).yaml"}),
+           "var": {"value": {}}, "params": params, "ds": "2026-12-01",
+           "ti": types.SimpleNamespace(xcom_pull=lambda task_ids: "/m/it's here/manifest.json")}
+print(json.dumps({t: dag.get_task(t).render_template(dag.get_task(t).bash_command, context,
+                  jinja_env=dag.get_template_env()) for t in ("solve", "validate", "publish")}))
+""".replace("DAG_FOLDER", repr(str(ROOT / "airflow_dags"))).replace("EVIL", repr(evil))
+    out = subprocess.run(
+        [str(AIRFLOW_PY), "-c", script], env=env, check=True, capture_output=True, text=True, timeout=120
+    )
+    rendered = json.loads(out.stdout.strip().splitlines()[-1])
+    words = shlex.split(rendered["solve"])
+    assert words[words.index("--solver") + 1] == evil  # one argument, not shell syntax
+    assert words[words.index("--model") + 1] == "a b/$(touch X).yaml"
+    for task in ("validate", "publish"):
+        words = shlex.split(rendered[task])
+        assert words[words.index("--manifest") + 1] == "/m/it's here/manifest.json"
+
+    run = subprocess.run(
+        [str(AIRFLOW), "dags", "test", "recshard_daily", "2026-12-02", "-c", json.dumps({"solver": evil})],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode != 0
+    assert "solver" in run.stdout + run.stderr and "is not one of" in run.stdout + run.stderr
+    assert not marker.exists()
