@@ -250,7 +250,8 @@ def _with_call_costs(
         + [(problem, b.plan) for b in ranked[:1]]
     )
     for i, (placed, plan) in enumerate(tries):
-        budget = clock.left() / (len(tries) - i)
+        # the plan chosen so far gets half of the time, the others share the rest
+        budget = clock.left() / 2 if i == 0 and len(tries) > 1 else clock.left() / (len(tries) - i)
         if budget <= 0:
             break
         refined = _valid(placed, refine(placed, plan, budget, "recshard"), PlanSource.KERNEL_GROUPS)
