@@ -21,6 +21,7 @@ import hashlib
 import json
 import math
 import pathlib
+import re
 from typing import Any
 
 import tomllib
@@ -185,18 +186,52 @@ def digest_of(obj: Any) -> str:
     return "sha256:" + hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (the last would win silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_config_file(path: str | pathlib.Path) -> dict:
     path = pathlib.Path(path)
     if not path.is_file():
         raise RecShardError(Reason.CONFIG_INVALID, f"config file {path} does not exist")
     text = path.read_text()
     try:
-        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.load(text, Loader=_UniqueKeyLoader)
     except (yaml.YAMLError, tomllib.TOMLDecodeError) as exc:
         raise RecShardError(Reason.CONFIG_INVALID, f"{path} is not valid YAML/TOML: {exc}") from None
     if not isinstance(data, dict):
         raise RecShardError(Reason.CONFIG_INVALID, f"{path}: top level must be a mapping")
     return data
+
+
+# one rule for table and feature names: they name files (a table's remap), TorchRec modules (no
+# dots) and input columns; the split layout's part suffixes are reserved
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,127}")
+RESERVED_SUFFIXES = ("__hbm", "__uvm")
+
+
+def check_name(where: str, kind: str, name: object) -> str:
+    """A table or feature name: 1-128 letters, digits, '_' or '-', not starting with '-', not
+    ending in a reserved suffix."""
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name) or name.endswith(RESERVED_SUFFIXES):
+        raise _fail(
+            where,
+            f"{kind} name {name!r} is not allowed",
+            "names are 1-128 letters, digits, '_' or '-' (not first), without the suffixes "
+            f"{' or '.join(RESERVED_SUFFIXES)}: they name files and TorchRec modules",
+        )
+    return name
 
 
 def _fail(where: str, message: str, *fixes: str) -> RecShardError:
@@ -234,8 +269,13 @@ def _non_negative_int(where: str, entry: dict, key: str, default: int) -> int:
 
 def _positive_number(where: str, entry: dict, key: str, default: float | None = None) -> float:
     value = entry.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise _fail(where, f"{key} must be a positive number, got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise _fail(where, f"{key} must be a positive finite number, got {value!r}")
     return float(value)
 
 
@@ -259,6 +299,7 @@ def parse_model_config(data: dict, source: str = "model config") -> ModelConfig:
         where = f"{source}: features[{i}]"
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"]:
             raise _fail(where, "each feature needs a string 'name'")
+        check_name(where, "feature", entry["name"])
         _check_keys(f"{source}: feature {entry['name']!r}", entry, FEATURE_KEYS)
         if entry.get("type") not in FEATURE_TYPES:
             raise _fail(
@@ -286,6 +327,7 @@ def parse_model_config(data: dict, source: str = "model config") -> ModelConfig:
         where = f"{source}: tables[{i}]"
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise _fail(where, "each table needs a string 'name'")
+        check_name(where, "table", entry["name"])
         where = f"{source}: table {entry['name']!r}"
         _check_keys(where, entry, TABLE_KEYS)
         feats = entry.get("features", entry.get("feature"))

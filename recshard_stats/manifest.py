@@ -31,7 +31,7 @@ import json
 import pathlib
 from collections.abc import Callable
 
-from recshard_stats.config import HardwareConfig, ModelConfig
+from recshard_stats.config import NAME_PATTERN, RESERVED_SUFFIXES, HardwareConfig, ModelConfig
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.typed_json import DecodeError, from_plain, to_plain
 
@@ -347,7 +347,10 @@ class Manifest:
     def to_json(self) -> str:
         data = to_plain(self)
         ordered = {"schema_version": data.pop("schema_version"), "kind": data.pop("kind"), **data}
-        return json.dumps(ordered, indent=2) + "\n"
+        try:
+            return json.dumps(ordered, indent=2, allow_nan=False) + "\n"
+        except ValueError:  # NaN or infinity: not JSON, and no number a manifest may hold
+            raise invalid_manifest("a number is NaN or infinite: a manifest holds finite numbers") from None
 
     @classmethod
     def from_json(cls, data: str | dict, source: str = "manifest") -> Manifest:
@@ -404,6 +407,9 @@ def _non_negative(where: str, **values: float) -> None:
 
 def _check_table(t: TablePlacement, num_gpus: int) -> None:
     where = f"table {t.name!r}"
+    for kind, name in (("table", t.name), *(("feature", f) for f in t.features)):
+        if not NAME_PATTERN.fullmatch(name) or name.endswith(RESERVED_SUFFIXES):
+            raise invalid_manifest(f"{where}: {kind} name {name!r} breaks the naming rule of model configs")
     _non_negative(
         where,
         gpu=t.gpu,

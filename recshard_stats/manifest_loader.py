@@ -258,6 +258,17 @@ def load_manifest(
     tables must match the manifest's (names, features, hash sizes, dims, hash functions).
     """
     path = pathlib.Path(path)
+    if path.name == MANIFEST_NAME and not path.exists():
+        path = path.parent  # look for the directory, which a swap may have left aside
+    if not path.exists():
+        from recshard_stats.atomic import readable_dir
+
+        aside = readable_dir(path)
+        if aside != path:
+            log.warning(
+                "%s is missing: a swap died between its renames; reading its old version %s", path, aside
+            )
+            path = aside
     if path.is_dir():
         path = path / MANIFEST_NAME
     if not path.is_file():

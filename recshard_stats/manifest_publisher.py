@@ -1,5 +1,10 @@
 """Writing and publishing a manifest: written atomically with its own SHA-256 beside it, and
-``<root>/latest.json`` moved to it only once it loads and validates in full."""
+``<root>/latest.json`` moved to it only once it loads and validates in full.
+
+Publishing snapshots the manifest's directory into ``<root>/published/ds=<day>-<sha256 12>/``
+(hard links where the filesystem allows, files are never modified in place) and points
+``latest.json`` there: re-running solve or remap for a published day rebuilds ``ds=<day>`` and
+never touches the published plan. The newest PUBLISHED_KEPT snapshots are kept."""
 
 from __future__ import annotations
 
@@ -22,6 +27,8 @@ from recshard_stats.manifest_loader import (
 from recshard_stats.typed_json import DecodeError, from_plain, to_plain
 
 LATEST_NAME = "latest.json"
+PUBLISHED_DIR = "published"
+PUBLISHED_KEPT = 7  # snapshots kept (the published one always among them)
 
 
 def write_manifest(path: str | os.PathLike, manifest: Manifest) -> pathlib.Path:
@@ -45,19 +52,59 @@ class LatestPointer:
     sha256: str
 
 
+def _snapshot(source: pathlib.Path, target: pathlib.Path) -> pathlib.Path:
+    """An immutable copy of a manifest's directory (hard links, or copies across filesystems)."""
+    import shutil
+
+    from recshard_stats.atomic import building_dir
+
+    if target.is_dir():
+        return target  # the same manifest published before
+    with building_dir(target) as tmp:
+        for file in sorted(source.rglob("*")):
+            if file.is_symlink():
+                raise invalid_manifest(
+                    f"{file} is a symbolic link: a manifest's files are its own", path=source
+                )
+            dest = tmp / file.relative_to(source)
+            if file.is_dir():
+                dest.mkdir(parents=True, exist_ok=True)
+                continue
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(file, dest)
+            except OSError:
+                shutil.copy2(file, dest)
+    return target
+
+
 def publish_latest(root: str | os.PathLike, manifest_path: str | os.PathLike, model=None) -> pathlib.Path:
-    """Move ``<root>/latest.json`` to a manifest, only once it loads and validates in full."""
+    """Snapshot a manifest into ``<root>/published/`` and move ``<root>/latest.json`` to it, only
+    once it loads and validates in full."""
+    import shutil
+
     root = pathlib.Path(root)
     loaded = load_manifest(manifest_path, model, require_remap=True, require_checksum=True)
-    relative = os.path.relpath(loaded.path.resolve(), root.resolve())
+    sha = sha256_file(loaded.path)
+    snapshot = _snapshot(
+        loaded.path.parent,
+        root / PUBLISHED_DIR / f"ds={loaded.manifest.ds}-{sha.removeprefix('sha256:')[:12]}",
+    )
+    published = load_manifest(snapshot, model, require_remap=True, require_checksum=True)
+    relative = os.path.relpath(published.path.resolve(), root.resolve())
     safe_relative(root, relative)
     pointer = LatestPointer(
         manifest=pathlib.PurePath(relative).as_posix(),
-        ds=loaded.manifest.ds,
-        digest=loaded.manifest.inputs.digest,
-        sha256=sha256_file(loaded.path),
+        ds=published.manifest.ds,
+        digest=published.manifest.inputs.digest,
+        sha256=sha256_file(published.path),
     )
-    return write_text_atomic(root / LATEST_NAME, json.dumps(to_plain(pointer), indent=2) + "\n")
+    written = write_text_atomic(root / LATEST_NAME, json.dumps(to_plain(pointer), indent=2) + "\n")
+    kept = sorted((root / PUBLISHED_DIR).glob("ds=*"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    for old in kept[PUBLISHED_KEPT:]:
+        if old != snapshot:
+            shutil.rmtree(old, ignore_errors=True)
+    return written
 
 
 def load_latest(root: str | os.PathLike, model=None) -> ManifestFile:

@@ -189,14 +189,16 @@ class SolveOptions:
     def __post_init__(self):
         if self.solver not in SOLVERS:
             raise _invalid(f"unknown solver {self.solver!r}", f"use one of {SOLVERS}")
-        if not self.time_limit_s > 0:
-            raise _invalid(f"--time-limit must be positive, got {self.time_limit_s}")
+        if not 0 < self.time_limit_s < math.inf:
+            raise _invalid(
+                f"--time-limit must be a positive finite number of seconds, got {self.time_limit_s}"
+            )
         if not 0 <= self.mip_gap < 1:
             raise _invalid(f"--mip-gap must be in [0, 1), got {self.mip_gap}")
         if self.cdf_segments < 1:
             raise _invalid(f"--cdf-segments must be at least 1, got {self.cdf_segments}")
-        if not self.local_search_s >= 0:
-            raise _invalid(f"--local-search must be 0 or more seconds, got {self.local_search_s}")
+        if not 0 <= self.local_search_s < math.inf:
+            raise _invalid(f"--local-search must be 0 or more seconds (finite), got {self.local_search_s}")
         if self.max_column_shards < 1 or self.max_column_shards & (self.max_column_shards - 1):
             raise _invalid(
                 f"--max-column-shards must be a power of 2 (1: no splits), got {self.max_column_shards}"

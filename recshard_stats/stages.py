@@ -130,7 +130,7 @@ def remap_manifest(spark, options: RemapOptions) -> pathlib.Path:
     import pyarrow.parquet as pq
 
     from recshard_stats.atomic import building_dir
-    from recshard_stats.manifest import RemapFile, complete_with_remaps
+    from recshard_stats.manifest import RemapFile, complete_with_remaps, invalid_manifest
     from recshard_stats.manifest_loader import MANIFEST_NAME, load_manifest, sha256_data
     from recshard_stats.manifest_publisher import write_manifest
     from recshard_stats.remap import empty_remap_table, hotter_rows, remap_rows, unseen_hbm_below
@@ -188,6 +188,8 @@ def remap_manifest(spark, options: RemapOptions) -> pathlib.Path:
         for t in manifest.tables:
             written = staging / f"table={t.name}"
             target = tmp / "remap" / f"{t.name}.parquet"
+            if target.resolve().parent != (tmp / "remap").resolve():  # the name rule's second guard
+                raise invalid_manifest(f"table {t.name!r}: its remap would leave {tmp / 'remap'}")
             if written.exists():
                 written.rename(target)
                 rows = sum(pq.ParquetFile(p).metadata.num_rows for p in target.glob("*.parquet"))

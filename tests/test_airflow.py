@@ -94,7 +94,8 @@ def test_dags_test_publishes_a_validated_manifest(airflow_env):
     for task in ("wait_for_logs", "profile", "solve", "remap", "validate", "publish"):
         assert f"end task task_id={task}" in run.stdout + run.stderr
     manifest = load_latest(data / "manifests", model=ROOT / "conf" / "synthetic.yaml")
-    assert manifest.path == (data / "manifests" / "ds=2026-12-01" / "manifest.json").resolve()
+    assert manifest.path.parent.name.startswith("ds=2026-12-01-")  # the published snapshot
+    assert manifest.path.read_bytes() == (data / "manifests" / "ds=2026-12-01" / "manifest.json").read_bytes()
     assert manifest.manifest.ds == "2026-12-01"
     assert (
         json.loads((data / "stats" / "ds=2026-12-01" / "metadata.json").read_text())["num_samples"] == 30_000
@@ -114,7 +115,11 @@ def test_dags_test_publishes_a_validated_manifest(airflow_env):
         json.loads((data / "manifests" / "latest.json").read_text())["sha256"] != json.loads(first)["sha256"]
     )
     load_latest(data / "manifests")
-    assert sorted(p.name for p in (data / "manifests").iterdir()) == ["ds=2026-12-01", "latest.json"]
+    assert sorted(p.name for p in (data / "manifests").iterdir()) == [
+        "ds=2026-12-01",
+        "latest.json",
+        "published",
+    ]
 
 
 def test_a_runs_conf_beats_a_variable_which_beats_the_file(airflow_env):

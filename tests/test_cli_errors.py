@@ -106,6 +106,58 @@ CONFIG_ERRORS = {
         HARDWARE,
         "hash_size 9223372036854775808 is above the largest supported",
     ),
+    # names are paths and module names downstream: one rule, checked before anything is written
+    "absolute table name": (
+        changed(MODEL, ("tables", 0, "name"), "/abs/path/t"),
+        HARDWARE,
+        "table name '/abs/path/t' is not allowed",
+    ),
+    "escaping table name": (
+        changed(MODEL, ("tables", 0, "name"), "../../../../escaped"),
+        HARDWARE,
+        "table name '../../../../escaped' is not allowed",
+    ),
+    "dotted table name": (
+        changed(MODEL, ("tables", 0, "name"), "t.1"),
+        HARDWARE,
+        "table name 't.1' is not allowed",
+    ),
+    "reserved suffix": (
+        changed(MODEL, ("tables", 0, "name"), "t1__hbm"),
+        HARDWARE,
+        "table name 't1__hbm' is not allowed",
+    ),
+    "feature name with a slash": (
+        changed(changed(MODEL, ("features", 0, "name"), "C/1"), ("tables", 0, "features"), ["C/1"]),
+        HARDWARE,
+        "feature name 'C/1' is not allowed",
+    ),
+    "stats of another hash": (
+        changed(MODEL, ("tables", 0, "hash"), "xxhash64"),
+        HARDWARE,
+        "were profiled with another model config: table 't1' as (features, hash, feature types) "
+        "(('C1',), 'mod', ('hex',)), the model config as (('C1',), 'xxhash64', ('hex',))",
+    ),
+    "NaN bandwidth": (
+        MODEL,
+        HARDWARE | {"hbm_bandwidth_gbps": float("nan")},
+        "must be a positive finite number, got nan",
+    ),
+    "infinite bandwidth": (
+        MODEL,
+        HARDWARE | {"uvm_bandwidth_gbps": float("inf")},
+        "uvm_bandwidth_gbps must be a positive finite number, got inf",
+    ),
+    "NaN reserve": (
+        MODEL,
+        HARDWARE | {"hbm_reserved_fraction": float("nan")},
+        "hbm_reserved_fraction must be in [0, 1), got nan",
+    ),
+    "3-byte weights": (
+        MODEL,
+        HARDWARE | {"bytes_per_element": 3},
+        "bytes_per_element 3: the weights are fp32 (4) or fp16 (2)",
+    ),
 }
 
 
@@ -130,7 +182,22 @@ def test_config_errors_from_the_cli(case, stats, tmp_path, capsys):
 
 
 SOLVER_OPTION_ERRORS = {
-    "time limit": (["--time-limit", "-5"], "--time-limit must be positive, got -5.0"),
+    "time limit": (
+        ["--time-limit", "-5"],
+        "--time-limit must be a positive finite number of seconds, got -5.0",
+    ),
+    "infinite time limit": (
+        ["--time-limit", "inf"],
+        "--time-limit must be a positive finite number of seconds, got inf",
+    ),
+    "NaN time limit": (
+        ["--time-limit", "nan"],
+        "--time-limit must be a positive finite number of seconds, got nan",
+    ),
+    "infinite search": (
+        ["--local-search", "inf"],
+        "--local-search must be 0 or more seconds (finite), got inf",
+    ),
     "mip gap": (["--mip-gap", "-1"], "--mip-gap must be in [0, 1), got -1.0"),
     "segments": (["--cdf-segments", "0"], "--cdf-segments must be at least 1, got 0"),
     "bad ds": (["--ds", "../../x"], "ds '../../x' is not a date of the form YYYY-MM-DD"),
@@ -460,3 +527,25 @@ def test_a_corrupt_file_is_one_line_without_javas_stack_trace(tmp_path):
     assert not [line for line in proc.stderr.splitlines() if line.lstrip().startswith("at ")], proc.stderr
     assert len(proc.stderr.splitlines()) < 25, proc.stderr
     assert "part-1.parquet" in spark_log.read_text()  # the whole story is in Spark's log
+
+
+def test_a_key_given_twice_in_a_yaml_config_is_refused(stats, tmp_path, capsys):
+    model = tmp_path / "m.yaml"
+    write_yaml(model, MODEL)
+    hardware = tmp_path / "hw.yaml"
+    write_yaml(hardware, HARDWARE)
+    hardware.write_text(hardware.read_text() + "num_gpus: 64\n")  # the last would win silently
+    rc = cli.main(
+        [
+            "solve",
+            "--stats",
+            str(stats),
+            "--model",
+            str(model),
+            "--hardware",
+            str(hardware),
+            "--out",
+            str(tmp_path / "o"),
+        ]
+    )
+    assert_one_line_error(rc, capsys.readouterr().err, "key 'num_gpus' is given twice")

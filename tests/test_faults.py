@@ -89,3 +89,47 @@ def test_concurrent_runs_of_one_day_do_not_corrupt_each_other(logs, tmp_path):
         ["access_cdf", "count_of_counts", "features", "pooling_histogram", "rejects", "row_counts", "tables"]
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds=2026-12-01"]
+
+
+def test_a_swap_that_dies_between_its_renames_leaves_a_loadable_and_recoverable_plan(tmp_path, monkeypatch):
+    """The injected fault: the old directory moved aside, then death before the new one moves in.
+    Readers still load the published plan; the next writer puts it back before its own swap."""
+    import dataclasses
+    import pathlib
+
+    from recshard_stats.atomic import building_dir, recover_dir
+    from recshard_stats.manifest import Manifest
+    from recshard_stats.manifest_loader import MANIFEST_NAME, load_manifest
+
+    base = Manifest.from_json((ROOT / "tests" / "data" / "manifest_v1_2b2c487.json").read_text())
+    text = dataclasses.replace(
+        base, tables=tuple(dataclasses.replace(t, remap=None) for t in base.tables)
+    ).to_json()
+    target = tmp_path / "ds=2026-12-01"
+    with building_dir(target) as tmp:
+        (tmp / MANIFEST_NAME).write_text(text)
+    published = load_manifest(target).manifest
+
+    real_rename = pathlib.Path.rename
+    calls = []
+
+    def dies_on_the_second_rename(self, to):
+        calls.append(self)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("killed between the renames")
+        return real_rename(self, to)
+
+    monkeypatch.setattr(pathlib.Path, "rename", dies_on_the_second_rename)
+    try:
+        with building_dir(target) as tmp:
+            (tmp / MANIFEST_NAME).write_text("the new plan")
+    except KeyboardInterrupt:
+        pass
+    monkeypatch.setattr(pathlib.Path, "rename", real_rename)
+    assert not target.exists()  # the fault happened where it was injected
+    assert [p.name.split("-")[0] for p in tmp_path.iterdir()] == ["_old"]
+    assert load_manifest(target).manifest == published  # readers get the published plan
+    assert load_manifest(target / MANIFEST_NAME).manifest == published
+    recover_dir(target)  # what the next writer does first
+    assert [p.name for p in tmp_path.iterdir()] == ["ds=2026-12-01"]
+    assert load_manifest(target).manifest == published

@@ -288,12 +288,19 @@ def test_loader_rejects_tampering_and_mismatches(pipeline, tmp_path):
 def test_latest_pointer_moves_only_to_a_valid_manifest(pipeline, tmp_path):
     target = _copy(pipeline, tmp_path)
     publish_latest(tmp_path, target / "manifest.json")
-    assert load_latest(tmp_path).path == (target / "manifest.json").resolve()
+    published = load_latest(tmp_path)
+    # a snapshot of the day's directory: what later runs of the day rebuild is not what is published
+    assert published.path.parent.parent == (tmp_path / "published").resolve()
+    assert published.path.parent.name.startswith("ds=2026-12-01-")
+    assert published.path.read_bytes() == (target / "manifest.json").read_bytes()
+    pointed = json.loads((tmp_path / "latest.json").read_text())["manifest"]
     shutil.rmtree(target / "remap" / "t_hist.parquet")
     with pytest.raises(RecShardError, match=r"t_hist\.parquet of table 't_hist' is missing"):
         publish_latest(tmp_path, target / "manifest.json")
-    # the pointer still names the manifest it pointed to
-    assert json.loads((tmp_path / "latest.json").read_text())["manifest"] == "ds=2026-12-01/manifest.json"
+    # the pointer still names the manifest it pointed to, which still loads whole
+    assert json.loads((tmp_path / "latest.json").read_text())["manifest"] == pointed
+    shutil.rmtree(target)  # the day rebuilt (or lost) does not take the published plan with it
+    assert load_latest(tmp_path).manifest == published.manifest
 
 
 class _Figures(html.parser.HTMLParser):
