@@ -98,14 +98,17 @@ def cost_torchrec_plan(problem: Problem, shards) -> GpuCosts:
     )
 
 
+def _data_type(problem: Problem) -> DataType:
+    """The weights' data type: TorchRec's storage estimate takes the element size from it."""
+    # a hardware config admits fp32 and fp16 (what the trainer builds), hand-made problems other
+    # sizes too
+    return {1: DataType.INT8, 2: DataType.FP16}.get(problem.hardware.bytes_per_element, DataType.FP32)
+
+
 def _collection(problem: Problem) -> EmbeddingBagCollection:
-    """The problem's tables whole, in the weights' data type (TorchRec's storage estimate counts
-    its bytes)."""
-    # TorchRec's storage estimate takes the element size from the data type; a hardware config
-    # admits fp32 and fp16 (what the trainer builds), hand-made problems other sizes too
-    dtype = {1: DataType.INT8, 2: DataType.FP16}.get(problem.hardware.bytes_per_element, DataType.FP32)
+    """The problem's tables whole, in the weights' data type."""
     return EmbeddingBagCollection(
-        tables=whole_table_configs(problem.tables, dtype), device=torch.device("meta")
+        tables=whole_table_configs(problem.tables, _data_type(problem)), device=torch.device("meta")
     )
 
 
@@ -198,6 +201,7 @@ def rate_in_torchrec(
                     num_embeddings=part.rows,
                     feature_names=list(part.features),
                     pooling=PoolingType.SUM,
+                    data_type=_data_type(problem),
                 )
             )
             constraints[part.name] = ParameterConstraints(
