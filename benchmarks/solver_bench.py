@@ -84,7 +84,6 @@ def instance(
         uvm_bandwidth=32e9,
         batch_size=65536,
         bytes_per_element=4,
-        optimizer_state_multiplier=1.0,
     )
     if calibration:  # the measured cost model instead of the two bandwidths
         from recshard_stats.config import read_config_file

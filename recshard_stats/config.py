@@ -56,6 +56,7 @@ HARDWARE_KEYS = (
     "uvm_bandwidth_gbps",
     "batch_size",
     "bytes_per_element",
+    "optimizer",
     "optimizer_state_multiplier",
     "index_bytes",
     "output_bytes_per_element",
@@ -127,7 +128,8 @@ class HardwareConfig:
     uvm_bandwidth: float  # bytes/s
     batch_size: int
     bytes_per_element: int
-    optimizer_state_multiplier: float
+    # the trainer's embedding optimizer (FBGEMM's fused one, OPTIMIZERS): its state is part of a row
+    optimizer: str = "sgd"
     # the trainer's buffers in HBM beside the rows (see trainer_bytes); 0 leaves them out
     index_bytes: int = 8  # one id of the trainer's input (TorchRec/FBGEMM: int64)
     output_bytes_per_element: int = 4  # the pooled outputs (fp32)
@@ -156,7 +158,8 @@ class HardwareConfig:
         return int(self.hbm_bytes_per_gpu * (1.0 - self.hbm_reserved_fraction))
 
     def row_bytes(self, dim: int) -> float:
-        return dim * self.bytes_per_element * self.optimizer_state_multiplier
+        """One row's bytes: its weights and its optimizer state (in the same tier)."""
+        return dim * self.bytes_per_element + optimizer_state_bytes(self.optimizer, dim)
 
     def trainer_bytes(self, ids_per_sample: float, num_features: int, dim: int) -> int:
         """HBM a table's GPU needs beside the table's rows when TorchRec/FBGEMM trains it table-wise
@@ -391,6 +394,36 @@ def load_model_config(path: str | pathlib.Path) -> ModelConfig:
 # bytes_per_element -> the weights' data type (TorchRec's DataType names): what the trainer's
 # TorchRec tables are built as
 WEIGHT_DATA_TYPES = {4: "fp32", 2: "fp16"}
+# the trainer's embedding optimizers (FBGEMM's fused ones) -> fp32 values of state per row of dim d
+# (FBGEMM keeps them in fp32 whatever the weights' type)
+OPTIMIZERS = {"sgd": (0, 0), "rowwise_adagrad": (0, 1), "adagrad": (1, 0), "adam": (2, 0)}
+STATE_BYTES = 4
+
+
+def optimizer_state_bytes(optimizer: str, dim: int) -> int:
+    """Bytes of optimizer state one row of width ``dim`` carries: per element and per row."""
+    per_element, per_row = OPTIMIZERS[optimizer]
+    return STATE_BYTES * (per_element * dim + per_row)
+
+
+def _optimizer(source: str, data: dict) -> str:
+    """``optimizer`` (default sgd); the older ``optimizer_state_multiplier`` only as 1.0 (no state)."""
+    names = ", ".join(OPTIMIZERS)
+    optimizer = data.get("optimizer", "sgd")
+    if not isinstance(optimizer, str) or optimizer not in OPTIMIZERS:
+        raise _fail(
+            source, f"optimizer {optimizer!r}: one of {names}", "name the trainer's embedding optimizer"
+        )
+    if "optimizer_state_multiplier" in data:
+        multiplier = _positive_number(source, data, "optimizer_state_multiplier")
+        if multiplier != 1.0 or optimizer != "sgd":
+            raise _fail(
+                source,
+                f"optimizer_state_multiplier {multiplier} (with optimizer {optimizer}): the state's size now "
+                f"follows from the optimizer ({names})",
+                "drop optimizer_state_multiplier and set optimizer",
+            )
+    return optimizer
 
 
 def parse_hardware_config(data: dict, source: str = "hardware config") -> HardwareConfig:
@@ -468,7 +501,7 @@ def parse_hardware_config(data: dict, source: str = "hardware config") -> Hardwa
         uvm_bandwidth=uvm_bw,
         batch_size=_positive_int(source, {"batch_size": data.get("batch_size", 65536)}, "batch_size"),
         bytes_per_element=element,
-        optimizer_state_multiplier=_positive_number(source, data, "optimizer_state_multiplier", 1.0),
+        optimizer=_optimizer(source, data),
         index_bytes=_non_negative_int(source, data, "index_bytes", HardwareConfig.index_bytes),
         output_bytes_per_element=_non_negative_int(
             source, data, "output_bytes_per_element", HardwareConfig.output_bytes_per_element

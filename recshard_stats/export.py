@@ -9,18 +9,27 @@ feature); and its ``parts``, the TorchRec tables it runs as: itself whole (``fus
 its rows are in HBM, ``fused_uvm`` when none are), or ``<table>__hbm`` (its ``rows_hbm`` hottest
 rows, ``fused``) and ``<table>__uvm`` (the rest, ``fused_uvm``), each with its first position in
 the table's remap order. ``data_type`` is the weights' (from the hardware config's
-``bytes_per_element``). With torchrec installed,
+``bytes_per_element``), ``optimizer`` the trainer's fused embedding optimizer (FBGEMM's
+``EmbOptimType``, from the hardware config's ``optimizer``) whose state each table's
+``optimizer_state_bytes_per_row`` the plan counts. With torchrec installed,
 ``recshard_stats.torchrec_trainer.sharding_plan(manifest)`` builds the real ``ShardingPlan``.
 """
 
 from __future__ import annotations
 
-from recshard_stats.config import WEIGHT_DATA_TYPES
+from recshard_stats.config import WEIGHT_DATA_TYPES, optimizer_state_bytes
 from recshard_stats.costmodel import ComputeKernel, ShardingType
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.manifest import Manifest
 
 HBM_SUFFIX, UVM_SUFFIX = "__hbm", "__uvm"  # a split table's parts, as TorchRec tables
+# a hardware config's optimizer -> FBGEMM's EmbOptimType (what TorchRec's fused optimizer runs)
+EMB_OPTIM_TYPES = {
+    "sgd": "EXACT_SGD",
+    "rowwise_adagrad": "EXACT_ROWWISE_ADAGRAD",
+    "adagrad": "EXACT_ADAGRAD",
+    "adam": "ADAM",
+}
 
 
 def data_type_name(bytes_per_element: int) -> str:
@@ -77,14 +86,16 @@ def torchrec_plan(manifest: Manifest) -> dict:
             "feature_names": list(t.features),
             "pooling_factors": list(t.feature_pooling),
             "parts": parts_of(t.name, t.hash_size, t.rows_hbm),
+            "optimizer_state_bytes_per_row": optimizer_state_bytes(manifest.hardware.optimizer, t.dim),
         }
     return {
         "format": "torchrec-plan",
-        "version": 2,
+        "version": 3,
         "layout": "static_split",
         "layout_note": "a table with rows in both tiers runs as two TorchRec tables, <table>__hbm (fused) "
         "and <table>__uvm (fused_uvm), as recshard_stats.torchrec_trainer builds them; no TorchRec cache",
         "data_type": data_type_name(manifest.hardware.bytes_per_element),
+        "optimizer": EMB_OPTIM_TYPES[manifest.hardware.optimizer],
         "source_manifest_digest": manifest.inputs.digest,
         "world_size": manifest.num_gpus,
         "tables": tables,

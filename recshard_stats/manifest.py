@@ -35,7 +35,7 @@ from recshard_stats.config import NAME_PATTERN, RESERVED_SUFFIXES, HardwareConfi
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.typed_json import DecodeError, from_plain, to_plain
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 HBM, UVM = 0, 1  # a row's tier, as ManifestFile.remap returns it
 KIND = "recshard-manifest"
 SCHEMA_PATH = pathlib.Path(__file__).with_name("manifest.schema.json")
@@ -626,8 +626,27 @@ def _from_v1(data: dict) -> dict:
     return out
 
 
+def _from_v2(data: dict) -> dict:
+    """Version 2 -> 3: the hardware names the trainer's optimizer instead of a state multiplier
+    (1.0, the only value a hardware config then gave a meaning to, was no state: sgd)."""
+    out = {**data, "schema_version": "3"}
+    hardware = data.get("hardware")
+    if isinstance(hardware, dict) and "optimizer_state_multiplier" in hardware:
+        multiplier = hardware["optimizer_state_multiplier"]
+        if multiplier != 1.0:
+            raise invalid_manifest(
+                f"hardware.optimizer_state_multiplier {multiplier!r}: version 3 names the optimizer, and "
+                "a multiplier other than 1.0 names none",
+                "solve again with optimizer set in the hardware config",
+            )
+        out["hardware"] = {k: v for k, v in hardware.items() if k != "optimizer_state_multiplier"} | {
+            "optimizer": "sgd"
+        }
+    return out
+
+
 # version -> the function that brings a document of that version one version up
-_UPGRADES: dict[str, Callable[[dict], dict]] = {"1": _from_v1}
+_UPGRADES: dict[str, Callable[[dict], dict]] = {"1": _from_v1, "2": _from_v2}
 READABLE_VERSIONS = (*_UPGRADES, SCHEMA_VERSION)
 
 

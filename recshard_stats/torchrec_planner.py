@@ -25,6 +25,7 @@ from recshard_stats.solver.problem import Problem, TableDemand
 from recshard_stats.torchrec_trainer import (
     ProfiledCacheStatistics,
     TablePart,
+    optimizer_class,
     table_parts,
     whole_table_configs,
 )
@@ -105,11 +106,18 @@ def _data_type(problem: Problem) -> DataType:
     return {1: DataType.INT8, 2: DataType.FP16}.get(problem.hardware.bytes_per_element, DataType.FP32)
 
 
-def _collection(problem: Problem) -> EmbeddingBagCollection:
-    """The problem's tables whole, in the weights' data type."""
-    return EmbeddingBagCollection(
-        tables=whole_table_configs(problem.tables, _data_type(problem)), device=torch.device("meta")
+def _collection(problem: Problem, configs: list[EmbeddingBagConfig] | None = None) -> EmbeddingBagCollection:
+    """The problem's tables whole (or ``configs``), in the weights' data type, trained with its
+    optimizer: TorchRec's storage estimate counts the optimizer's state from the class
+    ``apply_optimizer_in_backward`` leaves on each weight."""
+    collection = EmbeddingBagCollection(
+        tables=configs or whole_table_configs(problem.tables, _data_type(problem)),
+        device=torch.device("meta"),
     )
+    optimizer = optimizer_class(problem.hardware.optimizer)
+    for weight in collection.parameters():
+        weight._optimizer_classes = [optimizer]
+    return collection
 
 
 def _topology(problem: Problem):
@@ -215,7 +223,7 @@ def rate_in_torchrec(
                 else None,
             )
             ranks_of[part.name] = ranks
-    collection = EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
+    collection = _collection(problem, configs)
     options = EmbeddingEnumerator(_topology(problem), _local_batch(problem), constraints).enumerate(
         collection, [EmbeddingBagCollectionSharder()]
     )

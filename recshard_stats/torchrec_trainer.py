@@ -15,6 +15,10 @@
 - :func:`distributed_model_parallel`: TorchRec's ``DistributedModelParallel`` over the plan, after
   checking what DMP would not: the module path names the collection, its tables are the
   manifest's (same rows and dims), and the process group has the manifest's number of ranks.
+- :func:`apply_optimizer`: the manifest's embedding optimizer (the hardware config's
+  ``optimizer``, whose state the plan counts in every row) fused into the collection's backward,
+  as TorchRec's planner and sharders read it; :func:`distributed_model_parallel` refuses a
+  collection trained with another one.
 - :func:`split_state_dict` / :func:`unsplit_state_dict`: an unsplit table's weights (a
   checkpoint held in one process) into the split layout and back; sharded checkpoints, each
   rank reading and writing only its shards, are :mod:`recshard_stats.torchrec_checkpoint`.
@@ -36,9 +40,17 @@ from torchrec.distributed.sharding_plan import column_wise, construct_module_sha
 from torchrec.distributed.types import CacheParams, CacheStatistics, ShardingPlan
 from torchrec.modules.embedding_configs import DataType
 
+from recshard_stats.config import optimizer_state_bytes
 from recshard_stats.costmodel import ComputeKernel
 from recshard_stats.errors import Reason, RecShardError
-from recshard_stats.export import HBM_SUFFIX, UVM_SUFFIX, data_type_name, parts_of, unsplit_kernel
+from recshard_stats.export import (
+    EMB_OPTIM_TYPES,
+    HBM_SUFFIX,
+    UVM_SUFFIX,
+    data_type_name,
+    parts_of,
+    unsplit_kernel,
+)
 from recshard_stats.manifest import Manifest, TablePlacement
 from recshard_stats.manifest_loader import ManifestFile
 from recshard_stats.solver.problem import TableDemand
@@ -176,6 +188,70 @@ def check_collection(
     return module
 
 
+def optimizer_class(optimizer: str) -> type[torch.optim.Optimizer]:
+    """The optimizer class TorchRec fuses as a hardware config's ``optimizer`` (and whose state
+    its planner counts)."""
+    from torchrec.distributed.utils import emb_opt_type_to_optimizer_class
+
+    found = emb_opt_type_to_optimizer_class(_emb_optim_type(optimizer))
+    assert found is not None, f"TorchRec maps every EmbOptimType of EMB_OPTIM_TYPES ({optimizer})"
+    return found
+
+
+def _emb_optim_type(optimizer: str):
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+
+    return EmbOptimType[EMB_OPTIM_TYPES[optimizer]]
+
+
+def apply_optimizer(model: nn.Module, loaded: ManifestFile, module_path: str, **optimizer_kwargs) -> None:
+    """Fuse the manifest's embedding optimizer (``optimizer_kwargs``: its settings, e.g. ``lr``)
+    into the backward of the collection at ``module_path``, as TorchRec's
+    ``apply_optimizer_in_backward``: its sharders then run it, and its planner counts its state.
+    Call before :func:`distributed_model_parallel`."""
+    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+
+    collection = check_collection(model, loaded.manifest, module_path)
+    apply_optimizer_in_backward(
+        optimizer_class(loaded.manifest.hardware.optimizer), collection.parameters(), optimizer_kwargs
+    )
+
+
+def check_optimizer(collection: EmbeddingBagCollection, manifest: Manifest) -> None:
+    """Every table of the collection trains with the manifest's embedding optimizer (its state is
+    in the plan's rows): the one :func:`apply_optimizer` fused, or none fused when the manifest's
+    is sgd (TorchRec's default)."""
+    from torchrec.distributed.utils import optimizer_type_to_emb_opt_type
+
+    expected = _emb_optim_type(manifest.hardware.optimizer)
+    planned = f"{manifest.hardware.optimizer} ({expected.name})"
+    for name, param in collection.named_parameters():
+        classes = getattr(param, "_optimizer_classes", None)
+        table = _table_of(name.split(".")[-2]) if "." in name else name
+        if not classes:
+            if expected.name == EMB_OPTIM_TYPES["sgd"]:
+                continue
+            found = "no optimizer fused (TorchRec's default: EXACT_SGD)"
+        else:
+            try:
+                fused = optimizer_type_to_emb_opt_type(classes[0])
+            except ValueError:
+                fused = None
+            if fused == expected:
+                continue
+            found = f"{classes[0].__name__} ({fused.name if fused else 'not one TorchRec fuses'})"
+        dim = param.shape[-1] if param.dim() > 1 else 0
+        raise RecShardError(
+            Reason.MANIFEST_MISMATCH,
+            f"table {table!r} trains with {found}, the manifest was solved for {planned}, whose state "
+            f"({optimizer_state_bytes(manifest.hardware.optimizer, dim)} bytes per row) the plan counts",
+            fixes=(
+                "apply_optimizer(model, loaded, module_path, lr=...) before distributed_model_parallel",
+                "solve with the trainer's optimizer (optimizer in the hardware config)",
+            ),
+        )
+
+
 def check_world_size(manifest: Manifest, world_size: int) -> None:
     """One rank per GPU of the plan: fewer cannot hold it, more would sit idle."""
     if world_size != manifest.num_gpus:
@@ -220,6 +296,7 @@ def distributed_model_parallel(
         env = ShardingEnv.from_process_group(dist.group.WORLD)
     check_world_size(manifest, env.world_size)
     collection = check_collection(model, manifest, module_path, split=split)
+    check_optimizer(collection, manifest)
     if isinstance(model.get_submodule(module_path), StaticSplitEmbeddingBagCollection):
         module_path = f"{module_path}.collection" if module_path else "collection"
     if device is None:

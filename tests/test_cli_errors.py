@@ -50,7 +50,7 @@ def stats(spark, tmp_path_factory):
     return run_profile(write_yaml(root / "model.yaml", MODEL), root / "day.tsv", root / "stats")
 
 
-CONFIG_ERRORS = {
+CONFIG_ERRORS: dict[str, tuple[dict, dict, str]] = {
     "unknown feature": (
         changed(MODEL, ("tables", 1, "features"), ["C9"]),
         HARDWARE,
@@ -157,6 +157,16 @@ CONFIG_ERRORS = {
         MODEL,
         HARDWARE | {"bytes_per_element": 3},
         "bytes_per_element 3: the weights are fp32 (4) or fp16 (2)",
+    ),
+    "unknown optimizer": (
+        MODEL,
+        HARDWARE | {"optimizer": "adamw"},
+        "optimizer 'adamw': one of sgd, rowwise_adagrad, adagrad, adam",
+    ),
+    "a state multiplier instead of the optimizer": (
+        MODEL,
+        HARDWARE | {"optimizer_state_multiplier": 2.0},
+        "optimizer_state_multiplier 2.0 (with optimizer sgd): the state's size now follows from the optimizer",
     ),
 }
 

@@ -106,14 +106,16 @@ def test_remap_entry_schema_matches_remap_file():
 
 
 def test_a_manifest_written_before_the_dataclasses_loads_and_round_trips():
-    """A version-1 manifest (from before the dataclasses) reads as version 2: the same document
-    but for the fields added since, at their defaults, and version 2's renames."""
+    """A version-1 manifest (from before the dataclasses) reads as version 3: the same document
+    but for the fields added since, at their defaults, version 2's renames and version 3's
+    optimizer."""
     text = OLD.read_text()
     manifest = Manifest.from_json(text)
     expected = json.loads(text)
-    expected["schema_version"] = "2"
+    expected["schema_version"] = "3"
     expected["inputs"]["solver_settings"] = expected["inputs"].pop("solver_options")
-    expected["hardware"].update(index_bytes=8, output_bytes_per_element=4)
+    expected["hardware"].update(index_bytes=8, output_bytes_per_element=4, optimizer="sgd")
+    del expected["hardware"]["optimizer_state_multiplier"]
     expected["plan"].update(torchrec=[], torchrec_rating_ms=None)
     for baseline in expected["plan"]["baselines"]:
         baseline["torchrec_rating_ms"] = None
@@ -221,33 +223,60 @@ def test_loader_refuses_a_remap_reached_through_a_link_that_leaves_the_directory
 LAST_V1 = pathlib.Path(__file__).parent / "data" / "manifest_v1_34e76d1.json"
 
 
-def test_this_reader_reads_the_last_version_1_manifest_as_version_2():
+def test_this_reader_reads_the_last_version_1_manifest_as_version_3():
     data = json.loads(LAST_V1.read_text())
     assert data["schema_version"] == "1" and "solver_options" in data["inputs"]
     manifest = Manifest.from_json(data)
-    assert manifest.schema_version == SCHEMA_VERSION == "2"
+    assert manifest.schema_version == SCHEMA_VERSION == "3"
     assert dataclasses.asdict(manifest.inputs.solver_settings) == data["inputs"]["solver_options"]
     assert manifest.plan.source is PlanSource.KERNEL_GROUPS and manifest.plan.status is MilpStatus.OPTIMAL
     assert [t.name for t in manifest.tables] == [t["name"] for t in data["tables"]]
     # version 1's "warm_start" is version 2's "start"
     data["plan"]["source"] = "warm_start"
     assert Manifest.from_json(data).plan.source is PlanSource.START
-    # written again, it is a version-2 document the schema accepts
+    # written again, it is a version-3 document the schema accepts
     jsonschema.validate(json.loads(manifest.to_json()), SCHEMA)
-    assert json.loads(manifest.to_json())["schema_version"] == "2"
+    assert json.loads(manifest.to_json())["schema_version"] == "3"
+
+
+# the last version-2 manifest: written by `recshard run` at commit 9a1e6cf, the release before version 3
+LAST_V2 = pathlib.Path(__file__).parent / "data" / "manifest_v2_9a1e6cf.json"
+
+
+def test_this_reader_reads_the_last_version_2_manifest_as_version_3():
+    """Version 3 names the trainer's optimizer: a version-2 multiplier of 1.0 (no state) reads as
+    sgd, the rest of the document unchanged; any other multiplier names no optimizer and is
+    refused with the fix."""
+    data = json.loads(LAST_V2.read_text())
+    assert data["schema_version"] == "2" and data["hardware"]["optimizer_state_multiplier"] == 1.0
+    manifest = Manifest.from_json(data)
+    assert manifest.schema_version == "3" and manifest.hardware.optimizer == "sgd"
+    written = json.loads(manifest.to_json())
+    jsonschema.validate(written, SCHEMA)
+    expected = json.loads(LAST_V2.read_text())
+    expected["schema_version"] = "3"
+    del expected["hardware"]["optimizer_state_multiplier"]
+    expected["hardware"]["optimizer"] = "sgd"
+    assert written == expected
+    data["hardware"]["optimizer_state_multiplier"] = 2.0
+    with pytest.raises(
+        RecShardError, match=r"optimizer_state_multiplier 2.0: version 3 names the optimizer"
+    ) as err:
+        Manifest.from_json(data)
+    assert "solve again with optimizer set in the hardware config" in err.value.render()
 
 
 def test_a_newer_manifest_is_refused_by_its_version_not_by_its_fields(tmp_path):
     """What an older trainer meets when the solver was upgraded first: a manifest of a version it
     does not read, with a field it does not know. It names the versions, not the field."""
     data = json.loads(Manifest.from_json(LAST_V1.read_text()).to_json())
-    data["schema_version"] = "3"
+    data["schema_version"] = "4"
     data["plan"]["solver_seconds_by_stage"] = {"milp": 1.0}
     (tmp_path / "manifest.json").write_text(json.dumps(data))
     with pytest.raises(RecShardError) as err:
         load_manifest(tmp_path, verify_checksums=False)
     message = str(err.value)
-    assert "schema_version '3': this recshard-stats reads versions 1, 2" in message
+    assert "schema_version '4': this recshard-stats reads versions 1, 2, 3" in message
     assert "written by a newer recshard-stats" in message and "upgrade recshard-stats" in message
     assert "unknown field" not in message and "solver_seconds_by_stage" not in message
     data["schema_version"] = "draft"
@@ -256,7 +285,7 @@ def test_a_newer_manifest_is_refused_by_its_version_not_by_its_fields(tmp_path):
         load_manifest(tmp_path, verify_checksums=False)
 
 
-def test_the_released_version_1_reader_refuses_a_version_2_manifest_by_its_version():
+def test_the_released_version_1_reader_refuses_a_newer_manifest_by_its_version():
     """The version-1 loader as released (recshard_stats/manifest.py at commit 34e76d1, from git)
     on this release's document: it names the version and says to upgrade; it never reaches the
     fields it does not know."""
@@ -280,5 +309,5 @@ def test_the_released_version_1_reader_refuses_a_version_2_manifest_by_its_versi
             released.Manifest.from_json(document)
     finally:
         del sys.modules[released.__name__]
-    assert "schema_version '2'; this loader reads '1'" in str(err.value)
+    assert "schema_version '3'; this loader reads '1'" in str(err.value)
     assert err.value.fixes == ("upgrade recshard-stats",)

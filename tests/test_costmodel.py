@@ -11,6 +11,7 @@ import pytest
 
 from recshard_stats.config import HardwareConfig
 from recshard_stats.costmodel import CostModel, PassTerms, TableLoad, TierTerms, placement_cost
+from recshard_stats.errors import RecShardError
 from recshard_stats.options import SolveOptions
 from recshard_stats.solver.plan import Plan, cost_plan
 from recshard_stats.solver.problem import Problem
@@ -50,7 +51,7 @@ def test_v1_is_the_bandwidth_special_case():
     a, rb, f = 12345.0, 256.0, 0.37
     load = TableLoad(0, a, f, 100.0, 50.0, rb, 1e12)
     assert model.table_seconds(load) == pytest.approx(a * rb * (f / 897e9 + (1 - f) / 32e9), rel=1e-12)
-    hw = HardwareConfig(2, 2**30, 0.1, 2**40, 897e9, 32e9, 65536, 4, 1.0)
+    hw = HardwareConfig(2, 2**30, 0.1, 2**40, 897e9, 32e9, 65536, 4)
     assert hw.costs == model
     cost = placement_cost(model, 2, [load, dataclasses.replace(load, gpu=1, hbm_fraction=1.0)])
     assert cost.gpu_cost == pytest.approx((a * rb * (f / 897e9 + (1 - f) / 32e9), a * rb / 897e9))
@@ -202,3 +203,22 @@ def test_a_calls_forward_takes_at_least_its_longest_bags_serial_sum():
     # two tables of one call: their work adds, the longest bag is the longer one's
     both = placement_cost(model, 1, [long, dataclasses.replace(short, gpu=0)]).max_cost
     assert both == pytest.approx(max(10e-6 + 2000 * 1e-9, 500 * 200e-9) + 5e-6 + 2000 * 2e-9, rel=1e-12)
+
+
+def test_a_row_carries_its_optimizers_state():
+    """A row's bytes are its weights and the optimizer's fp32 state, as FBGEMM keeps it: none for
+    sgd, one value per row for row-wise Adagrad, one per element for Adagrad, two for Adam; the
+    older ``optimizer_state_multiplier`` reads as sgd only at 1.0."""
+    from recshard_stats.config import parse_hardware_config
+
+    base = {"num_gpus": 2, "hbm_per_gpu_gib": 1, "host_gib": 8}
+    dim = 16
+    expected = {"sgd": 64, "rowwise_adagrad": 64 + 4, "adagrad": 64 + 64, "adam": 64 + 128}
+    for optimizer, row in expected.items():
+        assert parse_hardware_config(base | {"optimizer": optimizer}).row_bytes(dim) == row
+    half = parse_hardware_config(base | {"optimizer": "adam", "bytes_per_element": 2})
+    assert half.row_bytes(dim) == 32 + 128  # fp16 weights, fp32 moments
+    legacy = parse_hardware_config(base | {"optimizer_state_multiplier": 1.0})
+    assert legacy.optimizer == "sgd" and legacy.row_bytes(dim) == 64
+    with pytest.raises(RecShardError, match="drop optimizer_state_multiplier and set optimizer"):
+        parse_hardware_config(base | {"optimizer": "adam", "optimizer_state_multiplier": 1.0})

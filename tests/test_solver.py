@@ -32,7 +32,6 @@ def hardware(**kw) -> HardwareConfig:
         "uvm_bandwidth": 1.0,
         "batch_size": 1,
         "bytes_per_element": 1,
-        "optimizer_state_multiplier": 1.0,
         "index_bytes": 0,
         "output_bytes_per_element": 0,
     }

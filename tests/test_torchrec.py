@@ -467,18 +467,18 @@ def test_torchrecs_planner_takes_the_measured_statistics(loaded):
     assert all(set(p.ranks) <= {0, 1} for p in planned.values())
 
 
-def _problem(element: int = 4):
+def _problem(element: int = 4, optimizer: str = "sgd"):
     from tests.test_solver import random_problem
 
     problem = random_problem(12, 2, seed=4)
-    # fp32 (or fp16) rows, as TorchRec's tables hold them; 4x (2x) the HBM keeps the same pressure
+    # fp32 (or fp16) rows and their optimizer state, as TorchRec's tables hold them; the HBM
+    # scaled as the rows (4x for fp32 rows without state) keeps the same pressure
     hw = dataclasses.replace(
-        problem.hardware,
-        hbm_bytes_per_gpu=problem.hardware.hbm_bytes_per_gpu * element,
-        batch_size=4096,
-        bytes_per_element=element,
+        problem.hardware, batch_size=4096, bytes_per_element=element, optimizer=optimizer
     )
-    tables = tuple(dataclasses.replace(t, row_bytes=float(element * t.dim)) for t in problem.tables)
+    scale = hw.row_bytes(16) / 16
+    hw = dataclasses.replace(hw, hbm_bytes_per_gpu=int(problem.hardware.hbm_bytes_per_gpu * scale))
+    tables = tuple(dataclasses.replace(t, row_bytes=float(hw.row_bytes(t.dim))) for t in problem.tables)
     return dataclasses.replace(problem, tables=tables, hardware=hw)
 
 
@@ -543,8 +543,15 @@ def test_torchrecs_planner_is_a_baseline_rated_in_both_models():
     )  # weights and more (inputs, outputs)
 
 
-@pytest.mark.parametrize("element", [4, pytest.param(2, marks=pytest.mark.slow)])
-def test_a_solved_plan_fits_torchrecs_storage_estimate(element):
+@pytest.mark.parametrize(
+    "element, optimizer",
+    [
+        (4, "sgd"),
+        pytest.param(2, "sgd", marks=pytest.mark.slow),
+        pytest.param(4, "adam", marks=pytest.mark.slow),
+    ],
+)
+def test_a_solved_plan_fits_torchrecs_storage_estimate(element, optimizer):
     """The solver keeps HBM for the trainer's ids and pooled outputs: its plan fits TorchRec's own
     storage estimate for the same ranks and kernels (the static split's parts, in the weights'
     data type: fp16 rows planned as fp16 tables); the same solve without them fills HBM with rows
@@ -553,7 +560,7 @@ def test_a_solved_plan_fits_torchrecs_storage_estimate(element):
     from recshard_stats.solver.solve import solve_problem
     from recshard_stats.torchrec_planner import rate_in_torchrec
 
-    base = _problem(element)
+    base = _problem(element, optimizer)
     with_buffers = dataclasses.replace(
         base, hardware=dataclasses.replace(base.hardware, index_bytes=8, output_bytes_per_element=4)
     )
@@ -794,7 +801,7 @@ def test_torchrec_plan_json_states_the_static_split_that_runs(loaded):
     from recshard_stats.export import torchrec_plan
 
     plan = torchrec_plan(loaded.manifest)
-    assert plan["layout"] == "static_split" and plan["version"] == 2
+    assert plan["layout"] == "static_split" and plan["version"] == 3
     assert "fused_uvm_caching" not in json.dumps(plan) and "cache_load_factor" not in json.dumps(plan)
     a, b, c = (plan["tables"][n] for n in "abc")
     assert a["parts"] == [
@@ -807,3 +814,161 @@ def test_torchrec_plan_json_states_the_static_split_that_runs(loaded):
     assert [p["name"] for t in plan["tables"].values() for p in t["parts"]] == [
         p.name for p in split_parts(loaded.manifest)
     ]
+
+
+def _fused_optimizer_worker(rank: int, port: int, manifest_dir: str, lr: float, results) -> None:
+    """One rank: the split collection fused with the manifest's optimizer by apply_optimizer,
+    sharded by distributed_model_parallel, one forward + backward (the fused optimizer steps in
+    the backward); the unsplit weights before and after, and the fused optimizer's state keys."""
+    import os
+
+    import torch.distributed as dist
+    from torch import nn
+
+    from recshard_stats.torchrec_trainer import apply_optimizer, distributed_model_parallel
+
+    class Model(nn.Module):
+        def __init__(self, sparse):
+            super().__init__()
+            self.sparse = sparse
+
+        def forward(self, kjt):
+            return self.sparse(kjt)
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=1)
+    try:
+        loaded = load_manifest(manifest_dir)
+        torch.manual_seed(0)
+        model = Model(StaticSplitEmbeddingBagCollection(loaded))
+        apply_optimizer(model, loaded, "sparse", lr=lr, eps=1e-8)
+        dmp = distributed_model_parallel(model, loaded, "sparse", device=torch.device("cpu"))
+
+        def weights():  # DMP initialises the shards anew: read them from it
+            local = {
+                k.split("sparse.collection.", 1)[1]: v.local_shards()[0].tensor.clone()
+                for k, v in dmp.state_dict().items()
+            }
+            return unsplit_state_dict(loaded, local)
+
+        before = weights()
+        kjt = _batch(loaded, np.random.default_rng(3))
+        dmp(kjt).values().sum().backward()
+        after = weights()
+        ids = {f: kjt[f].values().numpy() for f in kjt.keys()}  # noqa: SIM118 (a KJT, not a dict)
+        arrays = [{k: v.detach().float().numpy().copy() for k, v in d.items()} for d in (before, after)]
+        results.put(
+            (*arrays, ids, sorted(k for v in dmp.fused_optimizer.state_dict()["state"].values() for k in v))
+        )
+    finally:
+        dist.destroy_process_group()
+
+
+def _manifest_with(loaded: ManifestFile, **hardware) -> ManifestFile:
+    manifest = dataclasses.replace(
+        loaded.manifest, hardware=dataclasses.replace(loaded.manifest.hardware, **hardware)
+    )
+    (loaded.path.parent / "manifest.json").write_text(manifest.to_json())
+    return load_manifest(loaded.path.parent)
+
+
+@pytest.mark.parametrize("optimizer", ["rowwise_adagrad", "sgd"])
+def test_the_manifests_optimizer_is_the_one_torchrec_fuses(tmp_path, optimizer):
+    """The hardware config's optimizer reaches DMP's fused optimizer: one step on a batch whose
+    pooled sum is the loss moves each looked-up row by lr (row-wise Adagrad: a row's gradient
+    is its lookup count in every column, scaled to one) or by lr x its lookup count (SGD),
+    computed here from the ids alone."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    one_gpu = [("a", ("fa",), 0, 50, 8, 20, 30), ("b", ("fb",), 0, 40, 8, 40, 25)]
+    loaded = _manifest_with(
+        write_manifest_dir(tmp_path / "ds=2026-12-01", one_gpu, num_gpus=1), optimizer=optimizer
+    )
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    results = mp.get_context("spawn").SimpleQueue()
+    lr = 0.5
+    mp.start_processes(
+        _fused_optimizer_worker,
+        args=(port, str(loaded.path.parent), lr, results),
+        nprocs=1,
+        start_method="spawn",
+    )
+    before, after, ids, state = results.get()
+    for name, feature in (("a", "fa"), ("b", "fb")):
+        counts = np.bincount(ids[feature], minlength=before[name].shape[0]).astype(np.float32)
+        step = (counts > 0) if optimizer == "rowwise_adagrad" else counts
+        expected = before[name] - lr * step[:, None]
+        np.testing.assert_allclose(after[name], expected, rtol=1e-5, atol=1e-5)
+    # row-wise Adagrad keeps one momentum per row of each part; SGD keeps none
+    momenta = [key for key in state if "momentum1" in key]
+    assert (len(momenta) > 0) == (optimizer == "rowwise_adagrad"), state
+
+
+def test_a_collection_fused_with_another_optimizer_is_refused(tmp_path):
+    """A mismatch between the manifest's optimizer and the module's is an error naming both; a
+    collection with none fused is refused for a manifest whose optimizer keeps state (its HBM
+    was planned for it) and accepted for sgd (TorchRec's default)."""
+    from torch import nn
+    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+
+    from recshard_stats.torchrec_trainer import apply_optimizer, check_optimizer
+
+    sgd = _manifest_dir(tmp_path)
+    rowwise = _manifest_with(sgd, optimizer="rowwise_adagrad")
+    collection = StaticSplitEmbeddingBagCollection(sgd, device=torch.device("meta")).collection
+    check_optimizer(collection, sgd.manifest)
+    with pytest.raises(
+        RecShardError, match=r"trains with no optimizer fused.*solved for rowwise_adagrad"
+    ) as err:
+        check_optimizer(collection, rowwise.manifest)
+    assert "apply_optimizer(model, loaded, module_path" in err.value.render()
+    apply_optimizer_in_backward(torch.optim.Adam, collection.parameters(), {"lr": 0.1})
+    with pytest.raises(
+        RecShardError,
+        match=r"table 'a' trains with Adam \(ADAM\), the manifest was solved for sgd \(EXACT_SGD\)",
+    ):
+        check_optimizer(collection, sgd.manifest)
+
+    class Model(nn.Module):
+        def __init__(self, sparse):
+            super().__init__()
+            self.sparse = sparse
+
+    model = Model(StaticSplitEmbeddingBagCollection(rowwise, device=torch.device("meta")))
+    apply_optimizer(model, rowwise, "sparse", lr=0.1)
+    check_optimizer(model.sparse.collection, rowwise.manifest)
+    with pytest.raises(RecShardError, match=r"RowWiseAdagrad \(EXACT_ROWWISE_ADAGRAD\).*solved for sgd"):
+        check_optimizer(model.sparse.collection, sgd.manifest)
+
+
+def test_torchrecs_storage_estimate_counts_the_optimizers_state(tmp_path):
+    """torchrec_plan.json names FBGEMM's optimizer and each table's state per row, and TorchRec's
+    storage estimate of a plan counts the state: Adam adds twice a whole-HBM table's weights
+    (TorchRec's own rule for Adam), row-wise Adagrad one value per row."""
+    from recshard_stats.export import torchrec_plan
+    from recshard_stats.torchrec_planner import rate_in_torchrec
+
+    loaded = _manifest_with(_manifest_dir(tmp_path), optimizer="rowwise_adagrad")
+    plan = torchrec_plan(loaded.manifest)
+    assert plan["optimizer"] == "EXACT_ROWWISE_ADAGRAD" and plan["version"] == 3
+    assert {n: t["optimizer_state_bytes_per_row"] for n, t in plan["tables"].items()} == dict.fromkeys(
+        "abcde", 4
+    )
+    adam = torchrec_plan(_manifest_with(loaded, optimizer="adam").manifest)
+    assert adam["optimizer"] == "ADAM" and adam["tables"]["a"]["optimizer_state_bytes_per_row"] == 2 * 4 * 8
+
+    base = _problem()
+    t = base.tables[0]
+    needed = {}
+    for optimizer in ("sgd", "adam", "rowwise_adagrad"):
+        problem = dataclasses.replace(base, hardware=dataclasses.replace(base.hardware, optimizer=optimizer))
+        needed[optimizer] = rate_in_torchrec(
+            problem, (0,) + (1,) * 11, (t.hash_size,) + (0,) * 11
+        ).hbm_needed[0]
+    weights = t.hash_size * t.dim * 4
+    assert needed["adam"] - needed["sgd"] == 2 * weights
+    assert needed["rowwise_adagrad"] - needed["sgd"] == t.hash_size * 4
