@@ -12,7 +12,7 @@ import pathlib
 import sys
 from collections.abc import Callable
 
-from recshard_stats.errors import RecShardError
+from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.options import (
     ProfileOptions,
     RemapOptions,
@@ -100,6 +100,23 @@ def run_main(body: Callable[[], int | None]) -> int:
             file=sys.stderr,
         )
         return 2
+    except Exception as exc:
+        # a failure inside Spark (a full disk under a write, a lost executor): its root cause in
+        # one line, the Java trace in Spark's log and with --verbose
+        failure = _spark_failure(exc)
+        if failure is None:
+            raise
+        logging.getLogger(__name__).debug("Spark failed", exc_info=True)
+        print(f"error: [{Reason.SPARK_FAILED.value}] {failure} (Spark's log has the trace)", file=sys.stderr)
+        return 2
+
+
+def _spark_failure(exc: BaseException) -> str | None:
+    if not type(exc).__module__.startswith(("py4j", "pyspark")):
+        return None  # without importing Spark for commands that never start it
+    from recshard_stats.spark_io import spark_failure
+
+    return spark_failure(exc)
 
 
 def _spark(args, app: str):
@@ -195,7 +212,18 @@ def _calibrate(args) -> None:
 
 
 def _run(args) -> None:
-    """Each stage through the library call its command makes, exactly as a user would run them."""
+    """Each stage through the library call its command makes, exactly as a user would run them;
+    one run at a time per output."""
+    from recshard_stats.atomic import check_output_root, output_lock
+
+    ds = check_ds(args.ds)
+    out = pathlib.Path(args.out)
+    check_output_root(out, "--out")
+    with output_lock(out / "_lock-run", f"recshard run --out {out}"):
+        _run_stages(args, ds, out)
+
+
+def _run_stages(args, ds: str, out: pathlib.Path) -> None:
     import datetime
 
     from recshard_stats.generate import generate
@@ -204,8 +232,6 @@ def _run(args) -> None:
     from recshard_stats.spark_io import spark_session
     from recshard_stats.stages import profile_logs, remap_manifest, replay_logs
 
-    ds = check_ds(args.ds)
-    out = pathlib.Path(args.out)
     held_out = (datetime.date.fromisoformat(ds) + datetime.timedelta(days=1)).isoformat()
     steps = 6
     print(f"[1/{steps}] generating {args.samples} samples for {ds} and {held_out}", flush=True)

@@ -22,6 +22,7 @@ class Reason(enum.Enum):
     MANIFEST_INVALID = "manifest_invalid"
     MANIFEST_MISMATCH = "manifest_mismatch"
     NO_DEVICE = "no_device"
+    SPARK_FAILED = "spark_failed"
 
 
 class RecShardError(Exception):

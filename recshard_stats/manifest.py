@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
 import pathlib
 from collections.abc import Callable
 
@@ -36,6 +37,7 @@ from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.typed_json import DecodeError, from_plain, to_plain
 
 SCHEMA_VERSION = "3"
+MAX_HASH_SIZE = 2**63 - 1  # rows are addressed by int64 ids (TorchRec, FBGEMM)
 HBM, UVM = 0, 1  # a row's tier, as ManifestFile.remap returns it
 KIND = "recshard-manifest"
 SCHEMA_PATH = pathlib.Path(__file__).with_name("manifest.schema.json")
@@ -390,6 +392,16 @@ def _check_consistency(m: Manifest) -> None:
         )
     for t in m.tables:
         _check_table(t, m.num_gpus)
+        if t.row_bytes < t.dim * m.hardware.bytes_per_element:
+            raise invalid_manifest(
+                f"table {t.name!r}: row_bytes {t.row_bytes} is less than its {t.dim} weights of "
+                f"{m.hardware.bytes_per_element} bytes"
+            )
+    host = sum(t.rows_uvm * t.row_bytes for t in m.tables)
+    if host > m.hardware.host_bytes:
+        raise invalid_manifest(
+            f"the tables' UVM rows take {host:.0f} bytes, the hardware's host memory is {m.hardware.host_bytes}"
+        )
     _check_gpus(m)
     _check_plan(m)
 
@@ -400,9 +412,9 @@ def _fraction(where: str, name: str, value: float) -> None:
 
 
 def _non_negative(where: str, **values: float) -> None:
-    negative = {k: v for k, v in values.items() if v < 0}
+    negative = {k: v for k, v in values.items() if (isinstance(v, float) and not math.isfinite(v)) or v < 0}
     if negative:
-        raise invalid_manifest(f"{where}: {negative} must be non-negative")
+        raise invalid_manifest(f"{where}: {negative} must be finite and non-negative")
 
 
 def _check_table(t: TablePlacement, num_gpus: int) -> None:
@@ -432,6 +444,8 @@ def _check_table(t: TablePlacement, num_gpus: int) -> None:
         raise invalid_manifest(f"{where}: needs features and one pooling factor per feature")
     if t.gpu >= num_gpus:
         raise invalid_manifest(f"{where} is on GPU {t.gpu}, the plan has {num_gpus}")
+    if t.hash_size > MAX_HASH_SIZE:
+        raise invalid_manifest(f"{where}: hash_size {t.hash_size} is beyond int64 ids ({MAX_HASH_SIZE})")
     if t.rows_hbm + t.rows_uvm != t.hash_size:
         raise invalid_manifest(
             f"{where}: rows_hbm {t.rows_hbm} + rows_uvm {t.rows_uvm} != hash_size {t.hash_size}"
@@ -517,6 +531,11 @@ def _check_gpus(m: Manifest) -> None:
         if g.trainer_buffer_bytes != buffers:
             raise invalid_manifest(
                 f"{where}: trainer_buffer_bytes {g.trainer_buffer_bytes}, its tables' add up to {buffers}"
+            )
+        if g.hbm_bytes_capacity > m.hardware.usable_hbm_bytes:
+            raise invalid_manifest(
+                f"{where}: hbm_bytes_capacity {g.hbm_bytes_capacity}, more than the usable HBM of the "
+                f"manifest's hardware ({m.hardware.usable_hbm_bytes})"
             )
         if g.hbm_bytes_used + buffers > g.hbm_bytes_capacity:
             raise invalid_manifest(

@@ -139,15 +139,17 @@ class ManifestFile:
                     f"{self.path}: table {name!r} has no remap file yet",
                     fixes=("run `recshard remap` on this manifest",),
                 )
-            import pyarrow.parquet as pq
+            import pyarrow.dataset as ds
 
-            t = pq.read_table(file, columns=["row", "index"])
-            rows, index = t["row"].to_numpy(), t["index"].to_numpy()
-            if len(rows) != placement.unique_rows:
+            remap = ds.dataset(file, format="parquet")
+            count = remap.count_rows()  # from the footers: a wrong file is refused before it is read
+            if count != placement.unique_rows:
                 raise invalid_manifest(
-                    f"remap of {name!r} has {len(rows)} rows, manifest says {placement.unique_rows}",
+                    f"remap of {name!r} has {count} rows, manifest says {placement.unique_rows}",
                     path=self.path,
                 )
+            t = remap.to_table(columns=["row", "index"])
+            rows, index = t["row"].to_numpy(), t["index"].to_numpy()
             order = np.argsort(rows, kind="stable")
             self._remaps[name] = SeenRemap(rows[order], index[order])
         return self._remaps[name]

@@ -14,7 +14,7 @@ import json
 import os
 import pathlib
 
-from recshard_stats.atomic import write_text_atomic
+from recshard_stats.atomic import check_output_root, output_lock, write_text_atomic
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.manifest import Manifest, invalid_manifest
 from recshard_stats.manifest_loader import (
@@ -81,10 +81,17 @@ def _snapshot(source: pathlib.Path, target: pathlib.Path) -> pathlib.Path:
 def publish_latest(root: str | os.PathLike, manifest_path: str | os.PathLike, model=None) -> pathlib.Path:
     """Snapshot a manifest into ``<root>/published/`` and move ``<root>/latest.json`` to it, only
     once it loads and validates in full."""
+    root = pathlib.Path(root)
+    check_output_root(root, "--root")
+    loaded = load_manifest(manifest_path, model, require_remap=True, require_checksum=True)
+    # publishers of several days take turns: each moves the one pointer and prunes snapshots
+    with output_lock(root / "_lock-publish", f"recshard publish of {loaded.manifest.ds}", wait_s=60):
+        return _publish(root, loaded, model)
+
+
+def _publish(root: pathlib.Path, loaded: ManifestFile, model) -> pathlib.Path:
     import shutil
 
-    root = pathlib.Path(root)
-    loaded = load_manifest(manifest_path, model, require_remap=True, require_checksum=True)
     sha = sha256_file(loaded.path)
     snapshot = _snapshot(
         loaded.path.parent,

@@ -14,6 +14,7 @@ import argparse
 import dataclasses
 import datetime
 import math
+import re
 import typing
 
 from recshard_stats.errors import Reason, RecShardError
@@ -23,6 +24,10 @@ PARQUET_READERS = ("arrow", "spark")
 DEFAULT_MAX_REJECT_FRACTION = 0.01
 HLL_LG_K_RANGE = (4, 21)
 ROW_SAMPLE_BITS_RANGE = (0, 16)
+
+
+MASTER_PATTERN = r"local(\[(\d+|\*)(,\d+)?\])?|yarn|(spark|k8s|mesos)://\S+"
+MEMORY_PATTERN = r"\d+([kmgtp]b?)?"
 
 
 def _opt(default=dataclasses.MISSING, help: str = "", **meta):
@@ -75,6 +80,19 @@ class SparkOptions:
         "Spark's own log in local mode (default: recshard-spark-<user>.log in the "
         "temp dir; the console shows recshard's lines only)",
     )
+
+    def __post_init__(self):
+        # what Spark would only reject after starting its JVM, with a Java trace
+        if self.master is not None and not re.fullmatch(MASTER_PATTERN, self.master):
+            raise _invalid(
+                f"--master {self.master!r} is not a Spark master URL",
+                "local, local[N], local[*], spark://host:port, yarn or k8s://https://host:port",
+            )
+        if self.driver_memory is not None and not re.fullmatch(MEMORY_PATTERN, self.driver_memory, re.I):
+            raise _invalid(
+                f"--driver-memory {self.driver_memory!r} is not a JVM memory size",
+                "a number with k, m, g or t, e.g. 4g or 512m",
+            )
 
 
 @dataclasses.dataclass(frozen=True)

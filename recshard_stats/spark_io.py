@@ -31,6 +31,7 @@ class HadoopFS:
         self._jvm = jvm
         self._path = jvm.org.apache.hadoop.fs.Path
         self.fs = self._path(uri).getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+        self.links_skipped = 0  # directories file_sizes reached again through a link
 
     def path(self, uri: str):
         return self._path(uri)
@@ -83,13 +84,34 @@ class HadoopFS:
         ]
 
     def file_sizes(self, uri: str):
-        """(uri, bytes) of the file, or of every file at any depth under the directory, that is
-        not hidden or a marker (as Spark's readers see them); lazily."""
-        files = self.fs.listFiles(self.path(uri), True)
-        while files.hasNext():
-            status = files.next()
-            if not status.getPath().getName().startswith((".", "_")):
-                yield status.getPath().toString(), status.getLen()
+        """(uri, bytes) of the file, or of every file at any depth under the directory, in name
+        order, outside hidden and ``_`` directories and not hidden or a marker itself (as Spark's
+        readers see them: a failed writer's ``_temporary/`` or ``.staging/`` is not read); a
+        directory reached again through a link is read once. Lazily."""
+        root = self.path(uri)
+        status = self.fs.getFileStatus(root)
+        if not status.isDirectory():
+            yield status.getPath().toString(), status.getLen()
+            return
+        seen: set[str] = set()
+        stack = [root]
+        while stack:
+            directory = stack.pop()
+            where = _real_directory(directory.toString())
+            if where in seen:
+                log.warning("skipping %s: a link to a directory already read", directory.toString())
+                self.links_skipped += 1
+                continue
+            seen.add(where)
+            entries = sorted(self.fs.listStatus(directory), key=lambda s: s.getPath().getName())
+            for entry in reversed(entries):  # a stack: the first name comes out first
+                if entry.getPath().getName().startswith((".", "_")):
+                    continue
+                if entry.isDirectory():
+                    stack.append(entry.getPath())
+            for entry in entries:
+                if not entry.isDirectory() and not entry.getPath().getName().startswith((".", "_")):
+                    yield entry.getPath().toString(), entry.getLen()
 
     def check_writable(self, uri: str) -> None:
         """``uri`` is (or can be made) a directory this job can write in: checked before the work."""
@@ -138,13 +160,36 @@ def spark_session(app: str, options: SparkOptions = SparkOptions()):
             "spark.driver.extraJavaOptions",
             f"-Dlog4j2.configurationFile={config} -Drecshard.spark.log={spark_log}",
         )
+    if spark_log is not None:
+        try:  # log4j would print its own Java trace and Spark's log to the console instead
+            pathlib.Path(spark_log).parent.mkdir(parents=True, exist_ok=True)
+            open(spark_log, "a").close()
+        except OSError as exc:
+            raise RecShardError(
+                Reason.CONFIG_INVALID,
+                f"--spark-log {spark_log}: cannot write there ({exc.strerror or exc})",
+                fixes=("pass --spark-log a file in a writable directory",),
+            ) from None
     if options.driver_memory:
         builder = builder.config("spark.driver.memory", options.driver_memory)
     if not under_spark_submit:
         # the profile runs Python (pyarrow) in the executors: this interpreter, not whatever python3
         # is on PATH (PySpark reads only the environment; spark-submit sets it from spark.pyspark.python)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = builder.getOrCreate()
+    try:
+        spark = builder.getOrCreate()
+    except Exception as exc:
+        reason = spark_failure(exc)
+        if reason is None:
+            raise
+        raise RecShardError(
+            Reason.SPARK_FAILED,
+            f"Spark did not start (master {options.master or 'local[*]'}): {reason}",
+            fixes=(
+                f"see Spark's log {spark_log}" if spark_log else "see spark-submit's output",
+                "check JAVA_HOME (Java 17 or 21) and the --master URL",
+            ),
+        ) from None
     if spark_log is None:
         spark.sparkContext.setLogLevel("WARN")
     else:
@@ -158,6 +203,40 @@ def spark_session(app: str, options: SparkOptions = SparkOptions()):
     return spark
 
 
+def spark_failure(exc: BaseException) -> str | None:
+    """One line for a failure inside Spark (a Py4J call, the JVM, a PySpark error): the Java
+    exception at the root of the chain, or the error's first line; None for any other error."""
+    module = type(exc).__module__
+    if not (module.startswith("py4j") or module.startswith("pyspark")):
+        return None
+    # Py4J's error holds the Java exception; PySpark's captured error (what Py4J's becomes) its origin
+    java = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
+    if java is not None:
+        try:  # the root cause: a disk full, a permission, a lost executor
+            while java.getCause() is not None:
+                java = java.getCause()
+            text = str(java.toString())
+        except Exception:  # the JVM may be gone; its text is still here
+            text = str(exc)
+    else:
+        text = str(exc)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    if "Traceback (most recent call last)" in lines[0] and len(lines) > 1:
+        # a Python worker's error: what was thrown, not the traceback's frames
+        return f"{lines[0].split('Traceback')[0].strip()} {lines[-1]}"
+    return lines[0]
+
+
+def _real_directory(uri: str) -> str:
+    """A directory's identity: its real path on the local filesystem (links resolved), else its URI."""
+    from urllib.parse import unquote, urlparse
+
+    parsed = urlparse(uri)
+    return os.path.realpath(unquote(parsed.path)) if parsed.scheme in ("", "file") else uri
+
+
 def local_uri(path) -> str:
     """An explicit local-filesystem URI (``Path.as_uri`` would escape the ``=`` of ``ds=``)."""
     return "file://" + str(pathlib.Path(path).resolve())
@@ -166,7 +245,7 @@ def local_uri(path) -> str:
 # names that are not logs: notes, configs, checksums and scripts left beside them
 NOT_LOGS = re.compile(
     r"(?i)^(readme|license|notice|changelog)([._-].*)?$|"
-    r"\.(md|rst|json|ya?ml|toml|py|sh|html|pdf|sha256|md5|crc|lock)$"
+    r"\.(md|rst|json|ya?ml|toml|py|sh|html|pdf|sha256|md5|crc|lock|bak|orig|tmp|swp)$|~$"
 )
 
 
@@ -214,9 +293,10 @@ def screen_inputs(spark, inputs: list[str]) -> InputFiles:
             + (f" ({len(empty)} empty, {len(not_logs)} not logs)" if empty or not_logs else ""),
             fixes=("the day's logs may not have landed yet, or were written elsewhere",),
         )
-    return InputFiles(
-        tuple(inputs) if not (empty or not_logs) else tuple(kept), tuple(empty), tuple(not_logs)
-    )
+    # the paths as given unless some file must be left out (Spark lists them as we do, but
+    # would follow a link back into a directory it already read)
+    left_out = empty or not_logs or fs.links_skipped
+    return InputFiles(tuple(kept) if left_out else tuple(inputs), tuple(empty), tuple(not_logs))
 
 
 def read_normalized(spark, model, inputs: list[str], sample_fraction: float = 1.0, seed: int = 0):
@@ -309,13 +389,41 @@ def read_csv(spark, model, inputs: list[str]):
     from recshard_stats.readers import CORRUPT_COLUMN, check_csv_columns
 
     reader = spark.read.option("header", True).option("sep", model.csv.separator).option("mode", "PERMISSIVE")
-    columns = reader.csv(inputs).columns  # the first file's header
+    columns = _csv_header(spark, inputs, model.csv.separator)
     check_csv_columns(columns, model, ", ".join(inputs))
     schema = T.StructType(
         [T.StructField(c, T.StringType()) for c in columns] + [T.StructField(CORRUPT_COLUMN, T.StringType())]
     )
     # a malformed line is found only when every column is parsed: the stage runs with READ_SETTINGS
     return reader.schema(schema).option("columnNameOfCorruptRecord", CORRUPT_COLUMN).csv(inputs)
+
+
+def _csv_header(spark, inputs: list[str], separator: str) -> list[str]:
+    """The columns every file's header names, in order. Spark reads every file under one file's
+    header: a file with its columns in another order would be read with its columns swapped,
+    so it is an error naming it."""
+    import csv
+
+    fs = HadoopFS(spark, inputs[0])
+    columns, first_file = None, None
+    for file in input_files(spark, inputs):
+        stream = fs.fs.open(fs.path(file))
+        try:
+            reader = fs._jvm.java.io.BufferedReader(fs._jvm.java.io.InputStreamReader(stream, "UTF-8"))
+            line = reader.readLine()
+        finally:
+            stream.close()
+        header = next(csv.reader([line or ""], delimiter=separator), [])
+        if columns is None:
+            columns, first_file = header, file
+        elif header != columns:
+            raise RecShardError(
+                Reason.SCHEMA_MISMATCH,
+                f"{file}: its header {header} is not {first_file}'s {columns} (Spark would read its "
+                "columns under one file's names)",
+                fixes=("write every file of a day with the same header",),
+            )
+    return columns or []
 
 
 # settings the stages read logs and stats partitions with, set for the stage and then given back

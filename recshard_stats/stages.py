@@ -114,6 +114,14 @@ def profile_logs(spark, options: ProfileOptions, model=None) -> str:
             feature,
             largest,
         )
+    for row in result.tables["features"]:
+        if row["coverage"] == 0 and result.num_samples:
+            log.warning(
+                "feature %s has no id in any of the %d samples (coverage 0): is its column named "
+                "right in the model config, and is it logged?",
+                row["feature"],
+                result.num_samples,
+            )
     target = publish_profile(spark, result, options.out, ds, metadata)
     log.info("profiled %d samples (%d rows rejected) -> %s", result.num_samples, result.rejected_rows, target)
     return target
@@ -129,11 +137,12 @@ def remap_manifest(spark, options: RemapOptions) -> pathlib.Path:
     filesystem the driver can rename in (local disk or a shared mount)."""
     import pyarrow.parquet as pq
 
-    from recshard_stats.atomic import building_dir
+    from recshard_stats.atomic import building_dir, output_lock
     from recshard_stats.manifest import RemapFile, complete_with_remaps, invalid_manifest
     from recshard_stats.manifest_loader import MANIFEST_NAME, load_manifest, sha256_data
     from recshard_stats.manifest_publisher import write_manifest
     from recshard_stats.remap import empty_remap_table, hotter_rows, remap_rows, unseen_hbm_below
+    from recshard_stats.solver.manifest_builder import day_lock
     from recshard_stats.stats_reader import load_stats, stats_digest
 
     loaded = load_manifest(options.manifest, verify_checksums=False)
@@ -153,7 +162,7 @@ def remap_manifest(spark, options: RemapOptions) -> pathlib.Path:
         )
     names = [t.name for t in manifest.tables]
     source = loaded.path.parent
-    with building_dir(source) as tmp:
+    with output_lock(day_lock(source), f"recshard remap of {source.name}"), building_dir(source) as tmp:
         for entry in source.iterdir():
             if entry.name not in ("remap", MANIFEST_NAME) and not entry.name.startswith("_tmp"):
                 (shutil.copytree if entry.is_dir() else shutil.copy2)(entry, tmp / entry.name)

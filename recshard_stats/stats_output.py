@@ -17,6 +17,7 @@ import uuid
 
 from pyspark.sql import SparkSession
 
+from recshard_stats.atomic import STALE_TMP_S
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.options import check_ds
 from recshard_stats.profiler import ProfileResult
@@ -50,9 +51,6 @@ def publish_lock(fs: HadoopFS, out: str, ds: str, wait_s: float = 600, stale_s: 
         yield
     finally:
         fs.delete(lock)
-
-
-STALE_TMP_S = 6 * 3600  # a day's temporary directory untouched this long is a killed run's
 
 
 def remove_stale_tmp(fs: HadoopFS, out: str, ds: str, stale_s: float = STALE_TMP_S) -> None:

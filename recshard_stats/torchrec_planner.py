@@ -31,6 +31,8 @@ from recshard_stats.torchrec_trainer import (
 )
 from recshard_stats.units import MS_PER_S
 
+log = logging.getLogger(__name__)
+
 
 def seen_share(unique_rows: int, hash_size: int) -> float:
     """The cache load factor that holds every row the profile saw (TorchRec refuses 0): what the
@@ -237,6 +239,26 @@ def rate_in_torchrec(
     return TorchRecRating(max(perf), tuple(hbm), problem.hardware.usable_hbm_bytes)
 
 
+PROBE_RANKS = 64  # the enumeration is timed on this many ranks and scaled to the problem's
+
+
+def _enumeration_seconds(problem: Problem) -> float:
+    """TorchRec's enumeration of the problem's shardings, timed on at most PROBE_RANKS ranks and
+    scaled linearly (its work is one option per table, sharding and rank)."""
+    import time
+
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
+
+    probe = min(problem.num_gpus, PROBE_RANKS)
+    small = dataclasses.replace(problem, hardware=dataclasses.replace(problem.hardware, num_gpus=probe))
+    started = time.perf_counter()
+    EmbeddingEnumerator(_topology(small), _local_batch(small)).enumerate(
+        _collection(small), [EmbeddingBagCollectionSharder()]
+    )
+    return (time.perf_counter() - started) * problem.num_gpus / probe
+
+
 @_quiet_planner()
 def torchrec_baselines(problem: Problem, timeout_s: int | None = None) -> list[TorchRecBaseline]:
     """TorchRec's planner on the problem's tables, hardware (usable HBM by a fixed reservation,
@@ -258,9 +280,21 @@ def torchrec_baselines(problem: Problem, timeout_s: int | None = None) -> list[T
     from torchrec.distributed.planner.types import PlannerError
 
     hw, g = problem.hardware, problem.num_gpus
+    names = ("torchrec_default", "torchrec_stats")
+    if timeout_s is not None:
+        # TorchRec checks its time limit only once it proposes; before that it enumerates every
+        # sharding of every table over every rank, unbounded (100,000 ranks: hours)
+        expected = _enumeration_seconds(problem) * len(names)
+        if expected > timeout_s:
+            why = (
+                f"not run: enumerating {len(problem.tables)} tables over {g} ranks would take about "
+                f"{expected:.0f}s, before its {timeout_s}s time limit applies"
+            )
+            log.warning("TorchRec's planner %s", why)
+            return [TorchRecBaseline(name, 0.0, (), None, None, why) for name in names]
     collection = _collection(problem)
     results = []
-    for name in ("torchrec_default", "torchrec_stats"):
+    for name in names:
         stats = name == "torchrec_stats"
         constraints = {
             t.name: ParameterConstraints(

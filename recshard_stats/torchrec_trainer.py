@@ -207,12 +207,13 @@ def _emb_optim_type(optimizer: str):
 def apply_optimizer(model: nn.Module, loaded: ManifestFile, module_path: str, **optimizer_kwargs) -> None:
     """Fuse the manifest's embedding optimizer (``optimizer_kwargs``: its settings, e.g. ``lr``)
     into the backward of the collection at ``module_path``, as TorchRec's
-    ``apply_optimizer_in_backward``: its sharders then run it, and its planner counts its state.
+    ``apply_optimizer_in_backward`` does: its sharders then run it, and its planner counts its state.
     Call before :func:`distributed_model_parallel`."""
-    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+    # what TorchRec's (deprecated) apply_optimizer_in_backward calls
+    from torch.distributed.optim import _apply_optimizer_in_backward
 
     collection = check_collection(model, loaded.manifest, module_path)
-    apply_optimizer_in_backward(
+    _apply_optimizer_in_backward(
         optimizer_class(loaded.manifest.hardware.optimizer), collection.parameters(), optimizer_kwargs
     )
 

@@ -227,7 +227,7 @@ def solve_to_manifest(
     (plus ``torchrec_plan.json`` beside it), each written atomically."""
     import json
 
-    from recshard_stats.atomic import building_dir, write_text_atomic
+    from recshard_stats.atomic import building_dir, check_output_root, output_lock, write_text_atomic
     from recshard_stats.config import load_hardware_config, load_model_config
     from recshard_stats.export import torchrec_plan
     from recshard_stats.manifest_loader import MANIFEST_NAME
@@ -240,13 +240,20 @@ def solve_to_manifest(
     stats = load_stats(stats_path)
     ds = ds or stats.metadata.ds or datetime.date.today().isoformat()
     target = manifest_dir(out_root, ds)  # checks ds before anything is computed or written
+    check_output_root(out_root, "--out")
     problem = build_problem(stats, model, hardware)
-    outcome = solve_problem(problem, options)
-    manifest = build_manifest(outcome, problem, model, hardware, stats, options, ds, target)
-    # the day's directory is built whole and swapped in: a failure (a full disk) leaves the old
-    # one as it was, never a manifest without its torchrec_plan.json; the published plan is a
-    # snapshot of its own (publish_latest), which a re-solve of its day does not touch
-    with building_dir(target) as tmp:
-        write_manifest(tmp / MANIFEST_NAME, manifest)
-        write_text_atomic(tmp / TORCHREC_PLAN_NAME, json.dumps(torchrec_plan(manifest), indent=2) + "\n")
+    with output_lock(day_lock(target), f"recshard solve of {ds}"):
+        outcome = solve_problem(problem, options)
+        manifest = build_manifest(outcome, problem, model, hardware, stats, options, ds, target)
+        # the day's directory is built whole and swapped in: a failure (a full disk) leaves the
+        # old one as it was, never a manifest without its torchrec_plan.json; the published plan
+        # is a snapshot of its own (publish_latest), which a re-solve of its day does not touch
+        with building_dir(target) as tmp:
+            write_manifest(tmp / MANIFEST_NAME, manifest)
+            write_text_atomic(tmp / TORCHREC_PLAN_NAME, json.dumps(torchrec_plan(manifest), indent=2) + "\n")
     return target / MANIFEST_NAME
+
+
+def day_lock(day_dir: pathlib.Path) -> pathlib.Path:
+    """The lock of a day's manifest directory (solve and remap write it)."""
+    return day_dir.parent / f"_lock-{day_dir.name}"

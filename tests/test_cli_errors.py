@@ -559,3 +559,115 @@ def test_a_key_given_twice_in_a_yaml_config_is_refused(stats, tmp_path, capsys):
         ]
     )
     assert_one_line_error(rc, capsys.readouterr().err, "key 'num_gpus' is given twice")
+
+
+SPARK_OPTION_ERRORS = {
+    "master": (["--master", "bogus://x"], "--master 'bogus://x' is not a Spark master URL"),
+    "driver memory": (["--driver-memory", "4x"], "--driver-memory '4x' is not a JVM memory size"),
+    "spark log": (["--spark-log", "{taken}/spark.log"], "--spark-log {taken}/spark.log: cannot write there"),
+}
+
+
+@pytest.mark.parametrize("case", SPARK_OPTION_ERRORS)
+def test_spark_options_are_checked_before_spark_starts(case, tmp_path, capsys):
+    """What Spark would refuse only after starting its JVM (a Java gateway trace, or log4j's
+    own trace on the console) is one line before it starts."""
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "day.tsv").write_text(tsv_line() + "\n")
+    taken = tmp_path / "taken"
+    taken.write_text("a file")
+    flags, expected = SPARK_OPTION_ERRORS[case]
+    args = _profile_args(tmp_path, MODEL, tmp_path / "logs", tmp_path / "stats")
+    rc = cli.main(args + [flag.format(taken=taken) for flag in flags])
+    assert_one_line_error(rc, capsys.readouterr().err, expected.format(taken=taken))
+    assert not (tmp_path / "stats").exists()
+
+
+def test_solve_into_a_file_is_refused_before_the_solve(stats, tmp_path, capsys):
+    taken = tmp_path / "taken"
+    taken.write_text("a file")
+    args = ["solve", "--stats", str(stats), "--model", str(write_yaml(tmp_path / "m.yaml", MODEL))]
+    args += ["--hardware", str(write_yaml(tmp_path / "hw.yaml", HARDWARE)), "--out", str(taken)]
+    rc = cli.main(args)
+    stderr = capsys.readouterr().err
+    assert_one_line_error(rc, stderr, f"--out {taken} is a file, not a directory")
+    assert "solving" not in stderr and taken.read_text() == "a file"
+
+
+def test_a_failure_inside_spark_is_its_root_cause_in_one_line(spark, capsys):
+    """A Java exception through Py4J (what a full disk under a Spark write raises) and a failed
+    Spark job: the root cause's first line, not Py4J's trace."""
+    jvm = spark.sparkContext._jvm
+    rc = cli.run_main(lambda: jvm.java.lang.Long.parseLong("4x"))
+    assert_one_line_error(
+        rc, capsys.readouterr().err, '[spark_failed] java.lang.NumberFormatException: For input string: "4x"'
+    )
+    rc = cli.run_main(lambda: spark.range(2).rdd.map(lambda row: 1 // 0).collect())
+    stderr = capsys.readouterr().err
+    assert_one_line_error(rc, stderr, "[spark_failed]")
+    assert "ZeroDivisionError" in stderr or "PythonException" in stderr
+    assert len(stderr.splitlines()) == 1, stderr
+
+
+def test_leftovers_hidden_directories_and_link_loops_are_not_read(spark, tmp_path):
+    """Parquet logs (the default arrow reader) beside a failed writer's ``_temporary/`` and
+    ``.staging/``, a ``.bak`` copy and a link back to their own directory: the statistics are
+    those of the logs alone (each sample read once), the ``.bak`` named as not a log."""
+    import json
+    import shutil
+
+    from recshard_stats.generate import generate
+    from recshard_stats.stats_reader import load_stats
+    from tests.helpers import SPEC
+
+    model = write_yaml(tmp_path / "spec.yaml", SPEC)
+    clean = generate(model, tmp_path / "clean", 2000, seed=3, chunk_rows=500, processes=1)
+    messy = tmp_path / "messy"
+    shutil.copytree(clean, messy)
+    part = sorted(messy.glob("*.parquet"))[0]
+    for leftover in (messy / "_temporary" / "0", messy / ".staging"):
+        leftover.mkdir(parents=True)
+        shutil.copy(part, leftover / part.name)
+    shutil.copy(part, messy / f"{part.name}.bak")
+    (messy / "loop").symlink_to(messy, target_is_directory=True)
+    expected = load_stats(run_profile(model, clean, tmp_path / "s1"))
+    got = load_stats(run_profile(model, messy, tmp_path / "s2"))
+    assert got.metadata.input_rows == expected.metadata.input_rows == 2000
+    for table in ("features", "tables", "count_of_counts"):
+        assert got.rows(table) == expected.rows(table), table
+    ignored = json.loads((got.path / "metadata.json").read_text())["ignored_files"]
+    assert [p.rsplit("/", 1)[-1] for p in ignored] == [f"{part.name}.bak"]
+
+
+def test_a_csv_file_whose_header_orders_the_columns_differently_is_named(spark, tmp_path, capsys):
+    """Two CSV files of one day, the second with its columns in another order: an error naming
+    that file, never its columns read under the first file's header."""
+    model = {
+        "name": "csv",
+        "input": {"format": "csv", "separator": ","},
+        "features": [{"name": "a", "type": "string"}, {"name": "b", "type": "string"}],
+        "tables": [
+            {"name": "ta", "features": ["a"], "hash_size": 100, "dim": 8, "hash": "xxhash64"},
+            {"name": "tb", "features": ["b"], "hash_size": 100, "dim": 8, "hash": "xxhash64"},
+        ],
+    }
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "part-0.csv").write_text("a,b\nx,1\ny,2\n")
+    (logs / "part-1.csv").write_text("b,a\n3,z\n4,w\n")
+    rc = cli.main(_profile_args(tmp_path, model, logs, tmp_path / "stats"))
+    stderr = capsys.readouterr().err
+    assert_one_line_error(rc, stderr, "[schema_mismatch]")
+    assert "part-1.csv" in stderr and "header" in stderr
+    assert not (tmp_path / "stats" / "ds=2026-12-01").exists()
+
+
+def test_a_feature_absent_from_every_row_is_warned_about(spark, tmp_path, caplog):
+    (tmp_path / "day.tsv").write_text("\n".join(tsv_line(c1=f"{i % 5:x}", c2="") for i in range(20)) + "\n")
+    with caplog.at_level("WARNING"):
+        run_profile(write_yaml(tmp_path / "m.yaml", MODEL), tmp_path / "day.tsv", tmp_path / "stats")
+    warned = [r.getMessage() for r in caplog.records if "coverage 0" in r.getMessage()]
+    assert warned == [
+        "feature C2 has no id in any of the 20 samples (coverage 0): is its column named right in the "
+        "model config, and is it logged?"
+    ]

@@ -311,3 +311,57 @@ def test_the_released_version_1_reader_refuses_a_newer_manifest_by_its_version()
         del sys.modules[released.__name__]
     assert "schema_version '3'; this loader reads '1'" in str(err.value)
     assert err.value.fixes == ("upgrade recshard-stats",)
+
+
+def _crafted(edit) -> dict:
+    data = json.loads(Manifest.from_json(LAST_V2.read_text()).to_json())
+    edit(data)
+    return data
+
+
+def _set(path: tuple, value):
+    def edit(data):
+        target = data
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+
+    return edit
+
+
+def _huge_table(data):
+    t = data["tables"][0]  # t_f00, wholly in UVM
+    t.update(hash_size=10**30, rows_uvm=10**30, unused_rows=10**30 - t["unique_rows"])
+
+
+SEMANTIC_NONSENSE = {
+    "NaN cost": (_set(("tables", 0, "predicted_cost_ms"), float("nan")), "must be finite and non-negative"),
+    "infinite accesses": (_set(("tables", 1, "accesses_per_batch"), float("inf")), "must be finite"),
+    "hash_size beyond int64": (_huge_table, "hash_size 1000000000000000000000000000000 is beyond int64 ids"),
+    "a GPU above the hardware": (
+        _set(("gpus", 0, "hbm_bytes_capacity"), 10**15),
+        "hbm_bytes_capacity 1000000000000000, more than the usable HBM of the manifest's hardware",
+    ),
+    "a row smaller than its weights": (
+        _set(("tables", 0, "dim"), 2**40),
+        "row_bytes 64.0 is less than its 1099511627776 weights of 4 bytes",
+    ),
+    "UVM beyond the host": (
+        _set(("hardware", "host_bytes"), 1000),
+        "the tables' UVM rows take",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", SEMANTIC_NONSENSE)
+def test_semantic_nonsense_is_refused_without_any_checksum(case, tmp_path):
+    """A manifest re-summed or without its sidecar is still checked for sense: every number
+    finite, ids that fit int64, GPUs no larger than its own hardware, rows at least their
+    weights, UVM rows within host memory."""
+    edit, expected = SEMANTIC_NONSENSE[case]
+    data = _crafted(edit)
+    with pytest.raises(RecShardError, match=re.escape(expected)):
+        Manifest.from_json(json.dumps(data))
+    (tmp_path / "manifest.json").write_text(json.dumps(data))  # no manifest.json.sha256 beside it
+    with pytest.raises(RecShardError, match=re.escape(expected)):
+        load_manifest(tmp_path, verify_checksums=False)

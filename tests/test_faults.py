@@ -133,3 +133,79 @@ def test_a_swap_that_dies_between_its_renames_leaves_a_loadable_and_recoverable_
     recover_dir(target)  # what the next writer does first
     assert [p.name for p in tmp_path.iterdir()] == ["ds=2026-12-01"]
     assert load_manifest(target).manifest == published
+
+
+KILLED_WRITER = """
+import os, pathlib, signal, sys
+from recshard_stats.atomic import building_dir
+with building_dir(pathlib.Path(sys.argv[1])) as tmp:
+    (tmp / "half.parquet").write_text("half a copy")
+    os.kill(os.getpid(), signal.SIGKILL)  # kill -9 mid-write: no cleanup runs
+"""
+
+
+def test_a_killed_writers_half_copy_is_removed_by_the_next_writer(tmp_path):
+    """``kill -9`` during a directory swap (what a killed remap does) leaves its ``_tmp-*`` half
+    copy; the next writer of the same target removes it (its process is gone) and leaves a live
+    writer's, and another host's young one, alone."""
+    import socket
+    import sys
+
+    from recshard_stats.atomic import building_dir
+
+    target = tmp_path / "ds=2026-12-01"
+    killed = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(target)], cwd=ROOT)
+    assert killed.returncode == -signal.SIGKILL
+    (left,) = tmp_path.glob("_tmp-ds=2026-12-01-*")
+    assert (left / "half.parquet").exists() and not target.exists()
+    live = tmp_path / f"_tmp-ds=2026-12-01-{socket.gethostname()}.{os.getpid()}-{'a' * 32}"
+    elsewhere = tmp_path / f"_tmp-ds=2026-12-01-otherhost.1-{'b' * 32}"
+    old = tmp_path / f"_tmp-ds=2026-12-01-otherhost.2-{'c' * 32}"
+    for entry in (live, elsewhere, old):
+        entry.mkdir()
+    os.utime(old, (time.time() - 7 * 3600,) * 2)  # untouched for 7 hours: a killed run's anywhere
+    with building_dir(target) as tmp:
+        (tmp / "manifest.json").write_text("{}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["ds=2026-12-01", live.name, elsewhere.name])
+
+
+HOLDER = """
+import sys, time
+from recshard_stats.atomic import output_lock
+with output_lock(sys.argv[1], "recshard run --out " + sys.argv[2]):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_second_run_on_the_same_output_is_refused_naming_the_first(tmp_path, capsys):
+    """Two `recshard run --out X` at once: the second fails at once in one line naming the run
+    that holds X (its pid), touching nothing; the lock dies with its holder (kill -9)."""
+    import sys
+
+    from recshard_stats import cli
+    from tests.helpers import assert_one_line_error
+
+    out = tmp_path / "run"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(out / "_lock-run"), str(out)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        rc = cli.main(["run", "--out", str(out), "--samples", "1000"])
+        assert_one_line_error(
+            rc,
+            capsys.readouterr().err,
+            f"{out} is being written by recshard run --out {out} (pid {holder.pid} on",
+        )
+        assert sorted(p.name for p in out.iterdir()) == ["_lock-run"]  # nothing generated or written
+    finally:
+        holder.kill()
+        holder.wait()
+    from recshard_stats.atomic import output_lock
+
+    with output_lock(out / "_lock-run", "the next run"):  # a killed holder's lock is free again
+        pass

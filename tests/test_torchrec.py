@@ -913,7 +913,7 @@ def test_a_collection_fused_with_another_optimizer_is_refused(tmp_path):
     collection with none fused is refused for a manifest whose optimizer keeps state (its HBM
     was planned for it) and accepted for sgd (TorchRec's default)."""
     from torch import nn
-    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+    from torch.distributed.optim import _apply_optimizer_in_backward as apply_optimizer_in_backward
 
     from recshard_stats.torchrec_trainer import apply_optimizer, check_optimizer
 
@@ -972,3 +972,21 @@ def test_torchrecs_storage_estimate_counts_the_optimizers_state(tmp_path):
     weights = t.hash_size * t.dim * 4
     assert needed["adam"] - needed["sgd"] == 2 * weights
     assert needed["rowwise_adagrad"] - needed["sgd"] == t.hash_size * 4
+
+
+def test_torchrecs_planner_is_not_started_when_its_enumeration_would_overrun_its_limit():
+    """TorchRec checks its time limit only after enumerating every sharding over every rank: at
+    100,000 ranks that alone takes many minutes, so the baseline is reported as not run, with
+    the estimate, instead of hanging the solve."""
+    from recshard_stats.torchrec_planner import torchrec_baselines
+
+    base = _problem()
+    problem = dataclasses.replace(
+        base, tables=base.tables[:3], hardware=dataclasses.replace(base.hardware, num_gpus=100_000)
+    )
+    results = torchrec_baselines(problem, timeout_s=5)
+    assert [b.name for b in results] == ["torchrec_default", "torchrec_stats"]
+    for b in results:
+        assert b.error is not None and b.error.startswith("not run: enumerating 3 tables over 100000 ranks")
+        assert "before its 5s time limit applies" in b.error
+        assert b.shards == () and b.planning_seconds == 0.0
