@@ -28,6 +28,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.providers.standard.operators.bash import BashOperator
 from airflow.providers.standard.sensors.python import PythonSensor
 from airflow.sdk import DAG, Param
+from airflow.sdk.exceptions import AirflowSensorTimeout
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULTS = yaml.safe_load(
@@ -80,6 +81,18 @@ def _logs_landed(marker: str) -> bool:
     return pathlib.Path(marker).is_file()
 
 
+class LogsLandedSensor(PythonSensor):
+    """Waits for the day's ``_SUCCESS`` marker; its timeout names the marker it waited for."""
+
+    def execute(self, context):
+        try:
+            return super().execute(context)
+        except AirflowSensorTimeout as exc:
+            raise AirflowSensorTimeout(
+                f"{exc} {self.op_kwargs['marker']} never appeared: the day's logs have not landed"
+            ) from None
+
+
 STATS = setting("stats_root") + "/ds={{ ds }}"
 MANIFEST = "{{ ti.xcom_pull(task_ids='solve') }}"
 MANIFEST_QUOTED = "{{ ti.xcom_pull(task_ids='solve') | string | shell_quote }}"
@@ -118,7 +131,7 @@ with DAG(
     tags=["recshard"],
     doc_md=__doc__,
 ) as dag:
-    wait_for_logs = PythonSensor(
+    wait_for_logs = LogsLandedSensor(
         task_id="wait_for_logs",
         python_callable=_logs_landed,
         op_kwargs={"marker": setting("logs_root") + "/ds={{ ds }}/_SUCCESS"},
@@ -174,6 +187,8 @@ with DAG(
         + " publish --manifest "
         + MANIFEST_QUOTED
         + " --root "
-        + shell_setting("manifests_root"),
+        + shell_setting("manifests_root")
+        + " --model "
+        + shell_setting("model"),
     )
     wait_for_logs >> profile >> solve >> remap >> validate >> publish

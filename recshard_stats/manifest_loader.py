@@ -42,15 +42,21 @@ def sha256_file(path: str | os.PathLike) -> str:
 def data_files(path: pathlib.Path) -> list[pathlib.Path]:
     """A Parquet "file" as Spark writes it may be a directory of parts; hidden and ``_`` files
     (checksums, markers) are not data."""
+    if path.is_symlink():
+        raise invalid_manifest(f"{path} is a link: a manifest's files are its own, not links to others")
     if path.is_file():
         return [path]
-    return sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith((".", "_")))
+    entries = sorted(path.rglob("*"))
+    links = [p for p in entries if p.is_symlink()]
+    if links:  # what a link points to can change under a published, checksummed plan
+        raise invalid_manifest(f"{links[0]} is a link: a manifest's files are its own, not links to others")
+    return [p for p in entries if p.is_file() and not p.name.startswith((".", "_"))]
 
 
 def sha256_data(path: str | os.PathLike) -> str:
     """Checksum of a file, or of a directory's data files (names and contents, in name order)."""
     path = pathlib.Path(path)
-    if path.is_file():
+    if path.is_file() and not path.is_symlink():
         return sha256_file(path)
     digest = hashlib.sha256()
     for part in data_files(path):

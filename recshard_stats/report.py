@@ -16,11 +16,12 @@ import pathlib
 import numpy as np
 
 from recshard_stats.atomic import write_text_atomic
+from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.manifest import Manifest
 from recshard_stats.manifest_loader import load_manifest
 from recshard_stats.replay import EVALUATION_NAME, Evaluation, load_evaluation
 from recshard_stats.schemas import StatsMetadata
-from recshard_stats.stats_reader import StatsPartition, load_stats
+from recshard_stats.stats_reader import StatsPartition, check_profiled_with, load_stats
 from recshard_stats.units import GIB
 
 FIGURES = ("access_cdf", "pooling", "coverage_unused", "gpu_cost", "gpu_hbm")
@@ -240,6 +241,13 @@ def render(manifest_path, stats_path=None, evaluation_path=None) -> str:
     loaded = load_manifest(manifest_path, verify_checksums=False)
     manifest = loaded.manifest
     stats = load_stats(stats_path or loaded.stats_path)
+    check_profiled_with(stats, manifest.model)  # another model's stats would plot other rows
+    if evaluation_path is not None and not pathlib.Path(evaluation_path).is_file():
+        raise RecShardError(
+            Reason.INPUT_MISSING,
+            f"--evaluation {evaluation_path} does not exist",
+            fixes=("run `recshard evaluate` on the manifest first, or leave --evaluation out",),
+        )
     evaluation_path = pathlib.Path(evaluation_path or loaded.path.parent / EVALUATION_NAME)
     evaluation = load_evaluation(evaluation_path) if evaluation_path.is_file() else None
     figures = [

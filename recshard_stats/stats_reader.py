@@ -9,7 +9,7 @@ import pathlib
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from recshard_stats.config import digest_of
+from recshard_stats.config import ModelConfig, digest_of
 from recshard_stats.distributions import CountOfCounts
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.manifest_loader import sha256_data
@@ -81,3 +81,33 @@ def load_stats(path) -> StatsPartition:
 def stats_digest(stats: StatsPartition) -> str:
     """What a manifest records of the partition it was solved from (its small tables and metadata)."""
     return digest_of({name: sha256_data(stats.path / name) for name in (*SMALL_TABLES, "metadata.json")})
+
+
+def check_profiled_with(stats: StatsPartition, model: ModelConfig) -> None:
+    """The stats were profiled with this model's tables as far as profiling sees them: input
+    format, each table's features and hash function, each feature's type (dims, which profiling
+    does not use, may differ; hash sizes are checked with the table's rows). Tables and hash sizes
+    alone matching is not enough: the same names under another hash or feature count other rows."""
+    profiled = ModelConfig.from_dict(stats.metadata.model, f"{stats.path}: metadata.json model")
+
+    def seen(m: ModelConfig) -> dict:
+        types = {f.name: f.type for f in m.features}
+        return {t.name: (t.features, t.hash, tuple(types[f] for f in t.features)) for t in m.tables}
+
+    then, now = seen(profiled), seen(model)
+    differs = [name for name in now if name in then and then[name] != now[name]]
+    if profiled.input_format != model.input_format or differs:
+        what = (
+            f"input format {profiled.input_format!r}, the model config {model.input_format!r}"
+            if profiled.input_format != model.input_format
+            else f"table {differs[0]!r} as (features, hash, feature types) "
+            f"{then[differs[0]]}, the model config as {now[differs[0]]}"
+        )
+        raise RecShardError(
+            Reason.STATS_INVALID,
+            f"stats at {stats.path} were profiled with another model config: {what}",
+            fixes=(
+                "profile again with this model config",
+                "solve with the model config the stats were profiled with",
+            ),
+        )

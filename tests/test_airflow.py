@@ -80,6 +80,27 @@ def test_dagbag_imports_with_expected_graph(airflow_env):
     assert result["retries"] == 0
 
 
+def test_the_sensors_timeout_names_the_marker_it_waited_for(airflow_env, tmp_path):
+    """The DAG's own sensor class, run in poke mode with a second's timeout on a day whose logs
+    never land: the timeout names the ``_SUCCESS`` path."""
+    env, _ = airflow_env
+    marker = tmp_path / "logs" / "ds=2026-12-01" / "_SUCCESS"
+    script = (
+        "import sys; from airflow.dag_processing.dagbag import DagBag; "
+        f"d = DagBag(dag_folder={str(ROOT / 'airflow_dags')!r}).get_dag('recshard_daily'); "
+        "t = d.get_task('wait_for_logs'); "
+        f"s = type(t)(task_id='w', python_callable=t.python_callable, op_kwargs={{'marker': {str(marker)!r}}}, "
+        "timeout=1, poke_interval=0.2, mode='poke')\n"
+        "try:  # a non-empty context: PythonSensor merges op_kwargs into it\n    s.execute({'ds': '2026-12-01'})\nexcept Exception as e:\n    print(type(e).__name__, e)"
+    )
+    out = subprocess.run(
+        [str(AIRFLOW_PY), "-c", script], env=env, check=True, capture_output=True, text=True, timeout=120
+    )
+    last = out.stdout.strip().splitlines()[-1]
+    assert last.startswith("AirflowSensorTimeout Sensor has timed out"), out.stdout + out.stderr
+    assert last.endswith(f"{marker} never appeared: the day's logs have not landed")
+
+
 def test_dags_test_publishes_a_validated_manifest(airflow_env):
     env, data = airflow_env
     generate(ROOT / "conf" / "synthetic.yaml", data / "logs" / "ds=2026-12-01", 30_000, seed=3, processes=1)
@@ -115,7 +136,10 @@ def test_dags_test_publishes_a_validated_manifest(airflow_env):
         json.loads((data / "manifests" / "latest.json").read_text())["sha256"] != json.loads(first)["sha256"]
     )
     load_latest(data / "manifests")
+    # no temp copy left; the lock files stay (an OS lock on them is what is held, never the file)
     assert sorted(p.name for p in (data / "manifests").iterdir()) == [
+        "_lock-ds=2026-12-01",
+        "_lock-publish",
         "ds=2026-12-01",
         "latest.json",
         "published",

@@ -450,6 +450,39 @@ def test_publish_needs_the_manifests_own_checksum(pipeline, tmp_path):
         publish_latest(tmp_path, target / "manifest.json")
 
 
+def test_the_report_refuses_another_models_stats_and_a_missing_evaluation(pipeline, tmp_path, capsys):
+    from recshard_stats import cli
+
+    stats = tmp_path / "stats"
+    shutil.copytree(pipeline["stats"], stats)
+    meta = json.loads((stats / "metadata.json").read_text())
+    table = meta["model"]["tables"][0]
+    table["hash"] = "mod" if table.get("hash", "xxhash64") == "xxhash64" else "xxhash64"
+    (stats / "metadata.json").write_text(json.dumps(meta))
+    args = ["report", "--manifest", str(pipeline["manifest"]), "--out", str(tmp_path / "r.html")]
+    assert cli.main([*args, "--stats", str(stats)]) == 2
+    err = capsys.readouterr().err
+    assert "[stats_invalid]" in err and "were profiled with another model config" in err
+    assert f"table {table['name']!r}" in err
+
+    assert cli.main([*args, "--evaluation", str(tmp_path / "nowhere.json")]) == 2
+    err = capsys.readouterr().err
+    assert "[input_missing]" in err and f"--evaluation {tmp_path / 'nowhere.json'} does not exist" in err
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_a_remap_part_replaced_by_a_link_is_refused_even_with_the_same_bytes(pipeline, tmp_path):
+    target = _copy(pipeline, tmp_path)
+    part = next((target / "remap" / "t_user.parquet").glob("*.parquet"))
+    outside = tmp_path / "elsewhere.parquet"
+    shutil.copyfile(part, outside)
+    part.unlink()
+    part.symlink_to(outside)  # same bytes, so the checksum matches: what it points to may change later
+    with pytest.raises(RecShardError, match=rf"{part} is a link: a manifest's files are its own") as err:
+        load_manifest(target)
+    assert err.value.reason is Reason.MANIFEST_INVALID
+
+
 def test_a_broken_evaluation_file_is_one_clear_error_in_the_report(pipeline, tmp_path, capsys):
     from recshard_stats import cli
 

@@ -75,6 +75,7 @@ def write_manifest_dir(directory, tables=TABLES, num_gpus: int = 2, seed: int = 
                 gpu=ranks[0],
                 hash_size=hash_size,
                 dim=dim,
+                row_bytes=base.hardware.row_bytes(dim),
                 rows_hbm=rows_hbm,
                 rows_uvm=hash_size - rows_hbm,
                 unique_rows=unique,
@@ -92,7 +93,7 @@ def write_manifest_dir(directory, tables=TABLES, num_gpus: int = 2, seed: int = 
                 g,
                 tuple(t.name for t, _ in parts),
                 round(sum(t.rows_hbm * t.row_bytes * p.share for t, p in parts)),
-                10**7,
+                base.hardware.usable_hbm_bytes,
                 sum(p.predicted_cost_ms for _, p in parts),
             )
         )
