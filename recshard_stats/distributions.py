@@ -9,9 +9,17 @@ here, and the solver reuses the same functions to rebuild CDFs at any resolution
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 
 import numpy as np
+
+
+class HitEstimate(enum.Enum):
+    """How the plan predicts the accesses of new data to a row the profile counted."""
+
+    HELD_OUT = "held_out"  # Good-Turing: what a sample not used to rank the rows would see
+    IN_SAMPLE = "in_sample"  # the profiled counts: rows scored on the data that ranked them
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,3 +140,64 @@ def breakpoint_rows(unique_rows: int, num_points: int) -> np.ndarray:
 def access_cdf(coc: CountOfCounts, num_points: int) -> tuple[np.ndarray, np.ndarray]:
     rows = breakpoint_rows(coc.unique_rows, num_points)
     return rows, coc.cdf(rows)
+
+
+def _increasing(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The weighted least-squares non-decreasing fit of ``values`` (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [value, weight, members]
+    for v, w in zip(values.tolist(), weights.tolist(), strict=True):
+        blocks.append([v, w, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            top = blocks.pop()
+            below = blocks[-1]
+            total = below[1] + top[1]
+            below[0] = (below[0] * below[1] + top[0] * top[1]) / total if total else top[0]
+            below[1], below[2] = total, below[2] + top[2]
+    return np.repeat([b[0] for b in blocks], [int(b[2]) for b in blocks]).astype(np.float64)
+
+
+def good_turing_values(coc: CountOfCounts, hash_size: int) -> tuple[np.ndarray, float]:
+    """Expected accesses in a new sample of the profile's size, of a row the profile saw r times
+    (one value per class of ``coc``, hottest first) and of a row it never saw.
+
+    A row's count in the sample that ranked it is optimistic for the hot end (rows seen twice by
+    chance rank above rows seen once) and says nothing of never-seen rows; the held-out value is
+    Gale and Sampson's Simple Good-Turing ``r*``: Turing's ``(r+1) N_{r+1} / N_r`` (the accesses
+    that rows seen r+1 times would lose if one access were left out, which is what a held-out
+    access of a row seen r times looks like) while it differs significantly from the smoothed
+    ``r (1 + 1/r)^(b+1)`` of a line fitted to log N_r against log r, the smoothed one from there
+    on. Never-seen rows share Good-Turing's new mass ``N_1`` (rows seen once) evenly; the seen
+    values are scaled so the total stays the profile's accesses; values are made non-decreasing
+    in r (never-seen rows lowest), so the top-k sum stays concave in k."""
+    total = coc.total_accesses
+    if total == 0:
+        return np.zeros(len(coc.counts)), 0.0
+    r = coc.counts[::-1].astype(np.float64)  # ascending
+    n = coc.rows[::-1].astype(np.float64)
+    rows_of = dict(zip(r.tolist(), n.tolist(), strict=True))
+    if len(r) > 1:
+        before = np.concatenate([[0.0], r[:-1]])
+        after = np.concatenate([r[1:], [2 * r[-1] - before[-1]]])
+        slope = float(np.polyfit(np.log(r), np.log(n / (0.5 * (after - before))), 1)[0])
+    else:
+        slope = -2.0  # one class: nothing to fit; r* = r^2 / (r + 1), Zipf's law
+    star = np.empty_like(r)
+    turing = True
+    for i, (ri, ni) in enumerate(zip(r.tolist(), n.tolist(), strict=True)):
+        smoothed = ri * (1.0 + 1.0 / ri) ** (slope + 1.0)
+        above = rows_of.get(ri + 1.0, 0.0)
+        if turing and above > 0:
+            x = (ri + 1.0) * above / ni
+            spread = 1.96 * math.sqrt((ri + 1.0) ** 2 * above / ni**2 * (1.0 + above / ni))
+            if abs(x - smoothed) > spread:
+                star[i] = x
+                continue
+        turing = False
+        star[i] = smoothed
+    unseen_rows = max(hash_size - coc.unique_rows, 0)
+    new_mass = float(rows_of.get(1.0, 0.0)) if unseen_rows else 0.0
+    seen_mass = float((star * n).sum())
+    star *= (total - new_mass) / seen_mass if seen_mass > 0 else 0.0
+    unseen_value = new_mass / unseen_rows if unseen_rows else 0.0
+    fitted = _increasing(np.concatenate([[unseen_value], star]), np.concatenate([[unseen_rows], n]))
+    return fitted[1:][::-1].copy(), float(fitted[0])

@@ -36,7 +36,7 @@ from recshard_stats.config import NAME_PATTERN, RESERVED_SUFFIXES, HardwareConfi
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.typed_json import DecodeError, from_plain, to_plain
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 MAX_HASH_SIZE = 2**63 - 1  # rows are addressed by int64 ids (TorchRec, FBGEMM)
 HBM, UVM = 0, 1  # a row's tier, as ManifestFile.remap returns it
 KIND = "recshard-manifest"
@@ -81,6 +81,7 @@ class SolverSettings:
     max_column_shards: int
     torchrec_baselines: bool
     torchrec_timeout_s: int
+    hit_estimate: str  # held_out or in_sample: what the plan was chosen with
 
     def __post_init__(self):
         if not self.time_limit_s > 0 or not 0 <= self.mip_gap < 1 or self.cdf_segments < 1:
@@ -136,7 +137,8 @@ class TablePlacement:
     rows_uvm: int
     unique_rows: int
     unused_rows: int
-    predicted_hbm_access_fraction: float
+    predicted_hbm_access_fraction: float  # of new data (the plan's hit estimate, held-out by default)
+    in_sample_hbm_access_fraction: float  # of the profiled data itself, which ranked the rows
     predicted_cost_ms: float
     accesses_per_batch: float
     pooling_factor: float
@@ -238,6 +240,9 @@ class PlanSummary:
     solve_seconds: float
     imbalance: float
     uvm_access_fraction: float
+    in_sample_objective_ms: float | None  # the plan's slowest GPU scored on the profiled data (None:
+    #                                       a restricted manifest, not re-costed)
+    in_sample_uvm_access_fraction: float
     baselines: tuple[BaselinePlan, ...]
     torchrec: tuple[TorchRecPlan, ...] = ()  # TorchRec's planner (when torchrec is installed)
     torchrec_rating_ms: float | None = None  # this plan in TorchRec's perf model, split as it runs
@@ -325,6 +330,7 @@ class Manifest:
         slowest, mean = max(costs), sum(costs) / len(costs)
         accesses = sum(t.accesses_per_batch for t in tables)
         uvm = sum(t.accesses_per_batch * (1 - t.predicted_hbm_access_fraction) for t in tables)
+        uvm_in_sample = sum(t.accesses_per_batch * (1 - t.in_sample_hbm_access_fraction) for t in tables)
         features = {f for t in tables for f in t.features}
         model = dataclasses.replace(
             self.model,
@@ -340,6 +346,8 @@ class Manifest:
             milp_bound_ms=None,
             imbalance=slowest / mean if mean > 0 else 1.0,
             uvm_access_fraction=uvm / accesses if accesses > 0 else 0.0,
+            in_sample_objective_ms=None,
+            in_sample_uvm_access_fraction=uvm_in_sample / accesses if accesses > 0 else 0.0,
             baselines=(),
             torchrec=(),
             torchrec_rating_ms=None,
@@ -439,6 +447,7 @@ def _check_table(t: TablePlacement, num_gpus: int) -> None:
         trainer_buffer_bytes=t.trainer_buffer_bytes,
     )
     _fraction(where, "predicted_hbm_access_fraction", t.predicted_hbm_access_fraction)
+    _fraction(where, "in_sample_hbm_access_fraction", t.in_sample_hbm_access_fraction)
     _fraction(where, "coverage", t.coverage)
     if not t.features or len(t.feature_pooling) != len(t.features):
         raise invalid_manifest(f"{where}: needs features and one pooling factor per feature")
@@ -557,8 +566,14 @@ def _check_plan(m: Manifest) -> None:
         objective_ms=plan.objective_ms,
         lower_bound_ms=plan.lower_bound_ms,
         solve_seconds=plan.solve_seconds,
+        **(
+            {}
+            if plan.in_sample_objective_ms is None
+            else {"in_sample_objective_ms": plan.in_sample_objective_ms}
+        ),
     )
     _fraction("plan", "uvm_access_fraction", plan.uvm_access_fraction)
+    _fraction("plan", "in_sample_uvm_access_fraction", plan.in_sample_uvm_access_fraction)
     slowest = max(g.predicted_cost_ms for g in m.gpus)
     if abs(plan.objective_ms - slowest) > _EPS * max(slowest, 1e-12) + 1e-12:
         raise invalid_manifest(
@@ -664,8 +679,35 @@ def _from_v2(data: dict) -> dict:
     return out
 
 
+def _from_v3(data: dict) -> dict:
+    """Version 3 -> 4: predictions on new data and on the profiled data side by side. A version-3
+    plan was chosen and predicted with the profiled counts (only the seen-once rows' share moved
+    to never-seen rows): its predictions are its in-sample ones, its hit estimate in_sample."""
+    out = {**data, "schema_version": "4"}
+    inputs, plan, tables = data.get("inputs"), data.get("plan"), data.get("tables")
+    if isinstance(inputs, dict) and isinstance(inputs.get("solver_settings"), dict):
+        out["inputs"] = {
+            **inputs,
+            "solver_settings": {"hit_estimate": "in_sample", **inputs["solver_settings"]},
+        }
+    if isinstance(plan, dict):
+        out["plan"] = {
+            "in_sample_objective_ms": plan.get("objective_ms"),
+            "in_sample_uvm_access_fraction": plan.get("uvm_access_fraction"),
+            **plan,
+        }
+    if isinstance(tables, list):
+        out["tables"] = [
+            {"in_sample_hbm_access_fraction": t.get("predicted_hbm_access_fraction"), **t}
+            if isinstance(t, dict)
+            else t
+            for t in tables
+        ]
+    return out
+
+
 # version -> the function that brings a document of that version one version up
-_UPGRADES: dict[str, Callable[[dict], dict]] = {"1": _from_v1, "2": _from_v2}
+_UPGRADES: dict[str, Callable[[dict], dict]] = {"1": _from_v1, "2": _from_v2, "3": _from_v3}
 READABLE_VERSIONS = (*_UPGRADES, SCHEMA_VERSION)
 
 

@@ -21,6 +21,7 @@ from recshard_stats.errors import Reason, RecShardError
 
 SOLVERS = ("glpk", "cbc", "highs")
 PARQUET_READERS = ("arrow", "spark")
+HIT_ESTIMATES = ("held_out", "in_sample")  # distributions.HitEstimate
 DEFAULT_MAX_REJECT_FRACTION = 0.01
 HLL_LG_K_RANGE = (4, 21)
 ROW_SAMPLE_BITS_RANGE = (0, 16)
@@ -202,6 +203,12 @@ class SolveOptions:
     )
     torchrec_timeout_s: int = _opt(
         120, "seconds TorchRec's planner may search (it keeps its best plan)", flag="--torchrec-timeout"
+    )
+    hit_estimate: str = _opt(
+        "held_out",
+        "what a row's profiled count predicts of new data: held_out (Good-Turing, what data that "
+        "did not rank the rows sees) or in_sample (the counts themselves, optimistic)",
+        choices=HIT_ESTIMATES,
     )
 
     def __post_init__(self):

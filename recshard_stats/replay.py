@@ -42,6 +42,7 @@ class ReplayedTable:
     unseen_access_fraction: float
     accesses_per_batch: float
     predicted_accesses_per_batch: float
+    in_sample_hbm_access_fraction: float | None = None  # the manifest's, on its profiled day
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +55,9 @@ class Evaluation:
     manifest: str
     logs: tuple[str, ...]
     ds: str
+    # RecShard's plan as predicted on the day that ranked its rows (the manifest's in-sample figures)
+    in_sample_max_cost_ms: float | None = None
+    in_sample_uvm_access_fraction: float | None = None
 
 
 def load_evaluation(path: str | pathlib.Path) -> Evaluation:
@@ -162,6 +166,7 @@ def summarize(
             unseen_access_fraction=h["unseen_accesses"] / h["accesses"] if h["accesses"] else 0.0,
             accesses_per_batch=a,
             predicted_accesses_per_batch=t.accesses_per_batch,
+            in_sample_hbm_access_fraction=t.in_sample_hbm_access_fraction,
         )
         for t, h, a, f in zip(manifest.tables, measured, accesses, fractions, strict=True)
     )
@@ -260,6 +265,8 @@ def summarize(
         manifest=manifest_path,
         logs=tuple(logs),
         ds=manifest.ds,
+        in_sample_max_cost_ms=manifest.plan.in_sample_objective_ms,
+        in_sample_uvm_access_fraction=manifest.plan.in_sample_uvm_access_fraction,
     )
 
 
@@ -274,5 +281,10 @@ def format_summary(evaluation: Evaluation) -> str:
             f"{name:<20} {p.max_cost_ms:>11.4f} {p.predicted_max_cost_ms:>10.4f} "
             f"{p.uvm_access_fraction:>11.2%} {p.predicted_uvm_access_fraction:>10.2%} "
             f"{p.imbalance:>10.2f} {p.cost_vs_recshard:>11.2f}x"
+        )
+    if evaluation.in_sample_max_cost_ms is not None and evaluation.in_sample_uvm_access_fraction is not None:
+        lines.append(
+            f"{'recshard in-sample':<20} {'':>11} {evaluation.in_sample_max_cost_ms:>10.4f} "
+            f"{'':>11} {evaluation.in_sample_uvm_access_fraction:>10.2%}   (predicted on the day that ranked its rows)"
         )
     return "\n".join(lines)

@@ -162,8 +162,23 @@ def fig_replay(evaluation: Evaluation):
     tables = evaluation.tables
     x = np.arange(len(tables))
     fig, ax = plt.subplots(figsize=(11, 4))
-    ax.bar(x - 0.2, [t.predicted_hbm_access_fraction for t in tables], 0.4, label="predicted (profile day)")
-    ax.bar(x + 0.2, [t.hbm_access_fraction for t in tables], 0.4, label="replayed (held-out day)")
+    in_sample = [t.in_sample_hbm_access_fraction for t in tables]
+    if all(f is not None for f in in_sample):  # evaluations written before version 4 lack them
+        heights = [float(f or 0.0) for f in in_sample]
+        ax.bar(
+            x - 0.27,
+            heights,
+            0.27,
+            color="#cccccc",
+            label="predicted in-sample (on the day that ranked the rows)",
+        )
+    ax.bar(
+        x,
+        [t.predicted_hbm_access_fraction for t in tables],
+        0.27,
+        label="predicted (the plan's hit estimate)",
+    )
+    ax.bar(x + 0.27, [t.hbm_access_fraction for t in tables], 0.27, label="replayed (held-out day)")
     ax.set_xticks(x, [t.name for t in tables], rotation=70, fontsize=6)
     ax.set_ylabel("share of accesses served by HBM")
     ax.legend(fontsize=7)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from recshard_stats import __version__
 from recshard_stats.config import HardwareConfig, ModelConfig, digest_of
+from recshard_stats.distributions import HitEstimate
 from recshard_stats.manifest import (
     BaselinePlan,
     ColumnShard,
@@ -23,8 +24,8 @@ from recshard_stats.manifest import (
 )
 from recshard_stats.options import SolveOptions, check_ds
 from recshard_stats.solver.column_split import TableShards, table_shards
-from recshard_stats.solver.plan import PlanCost
-from recshard_stats.solver.problem import Problem, TableDemand
+from recshard_stats.solver.plan import PlanCost, cost_plan
+from recshard_stats.solver.problem import Problem, TableDemand, with_hit_estimate
 from recshard_stats.solver.solve import Outcome
 from recshard_stats.stats_reader import StatsPartition, stats_digest
 from recshard_stats.typed_json import to_plain
@@ -105,8 +106,9 @@ def build_manifest(
         digest=digest_of(to_plain(digested)),
     )
     placed = outcome.placed or problem
+    in_sample = cost_plan(with_hit_estimate(placed, HitEstimate.IN_SAMPLE), best.plan)
     tables = tuple(
-        _placement(t, s, best, placed)
+        _placement(t, s, best, in_sample, placed)
         for t, s in zip(problem.tables, table_shards(placed, best.plan), strict=True)
     )
     gpus = tuple(
@@ -139,6 +141,8 @@ def build_manifest(
         solve_seconds=milp.solve_seconds,
         imbalance=best.imbalance,
         uvm_access_fraction=best.uvm_access_fraction,
+        in_sample_objective_ms=in_sample.max_cost * MS_PER_S,
+        in_sample_uvm_access_fraction=in_sample.uvm_access_fraction,
         baselines=tuple(
             baseline_plan(b, best.max_cost, r.rating_ms if r else None)
             for b, r in zip(
@@ -161,7 +165,9 @@ def build_manifest(
     )
 
 
-def _placement(t: TableDemand, shards: TableShards, best: PlanCost, placed: Problem) -> TablePlacement:
+def _placement(
+    t: TableDemand, shards: TableShards, best: PlanCost, in_sample: PlanCost, placed: Problem
+) -> TablePlacement:
     """A model table's placement from the plan of ``placed``'s entries (its column shards or itself)."""
     e = shards.entries
     cut = (
@@ -190,6 +196,7 @@ def _placement(t: TableDemand, shards: TableShards, best: PlanCost, placed: Prob
         unique_rows=t.unique_rows,
         unused_rows=t.hash_size - t.unique_rows,
         predicted_hbm_access_fraction=best.table_hbm_fraction[e[0]],
+        in_sample_hbm_access_fraction=in_sample.table_hbm_fraction[e[0]],
         predicted_cost_ms=sum(best.table_cost[j] for j in e) * MS_PER_S,
         accesses_per_batch=t.accesses_per_batch,
         pooling_factor=t.pooling_factor,
@@ -241,7 +248,7 @@ def solve_to_manifest(
     ds = ds or stats.metadata.ds or datetime.date.today().isoformat()
     target = manifest_dir(out_root, ds)  # checks ds before anything is computed or written
     check_output_root(out_root, "--out")
-    problem = build_problem(stats, model, hardware)
+    problem = build_problem(stats, model, hardware, HitEstimate(options.hit_estimate))
     with output_lock(day_lock(target), f"recshard solve of {ds}"):
         outcome = solve_problem(problem, options)
         manifest = build_manifest(outcome, problem, model, hardware, stats, options, ds, target)

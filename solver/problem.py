@@ -10,7 +10,7 @@ import numpy as np
 
 from recshard_stats.config import HardwareConfig, ModelConfig
 from recshard_stats.costmodel import TableLoad, tier_bags
-from recshard_stats.distributions import CountOfCounts
+from recshard_stats.distributions import CountOfCounts, HitEstimate, good_turing_values
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.stats_reader import StatsPartition, check_profiled_with
 from recshard_stats.units import fmt_bytes
@@ -33,6 +33,7 @@ class TableDemand:
     feature_pooling: tuple[float, ...] = ()  # mean ids per sample, per feature (TorchRec's pooling_factors)
     column_shards: int = 1  # > 1: one of that many column shards of a table (dim, row_bytes already cut)
     longest_bag: float = 0.0  # ids in the longest bag a batch is expected to hold (of any feature)
+    hit_estimate: HitEstimate = HitEstimate.HELD_OUT  # how a row's profiled count predicts new data
 
     def column_shard(self, k: int) -> TableDemand:
         """One of k column shards: dim / k columns, 1/k of the row bytes, every access and row
@@ -56,39 +57,23 @@ class TableDemand:
     def unique_rows(self) -> int:
         return min(self.coc.unique_rows, self.hash_size)
 
-    @property
-    def unseen_probability(self) -> float:
-        """Chance that an access of new data hits a row the profile never saw: Good-Turing's
-        estimate that an id is new (rows seen exactly once / accesses), times the chance that a
-        new id hashes to an unseen row. Without it every plan looks better on paper than on
-        the next day's data (see `recshard evaluate`)."""
-        total = self.coc.total_accesses
-        if total == 0 or self.unique_rows >= self.hash_size:
-            return 0.0
-        return self.singletons / total * (self.hash_size - self.unique_rows) / self.hash_size
-
-    @property
-    def singletons(self) -> int:
-        return int(self.coc.rows[self.coc.counts == 1].sum())
+    @functools.cached_property
+    def _values(self) -> tuple[np.ndarray, float]:
+        if self.hit_estimate is HitEstimate.IN_SAMPLE:
+            return self.coc.counts.astype(np.float64), 0.0
+        return good_turing_values(self.coc, self.hash_size)
 
     @property
     def row_values(self) -> np.ndarray:
         """Expected accesses of new data per row, for each profiled access-count class (hottest
-        first): the profiled count, except rows seen once, which give up the unseen mass
-        (Good-Turing: the mass of new ids is estimated from, and taken from, the ids seen once)."""
-        values = self.coc.counts.astype(np.float64)
-        if self.singletons:
-            values[self.coc.counts == 1] = (
-                1.0 - self.unseen_probability * self.coc.total_accesses / self.singletons
-            )
-        return values
+        first): Good-Turing's held-out value (:func:`~recshard_stats.distributions.good_turing_values`),
+        or the profiled count itself in-sample (rows scored on the sample that ranked them)."""
+        return self._values[0]
 
     @property
     def unseen_row_value(self) -> float:
-        """Expected accesses per never-seen row: new ids hash uniformly over the table, so the
-        unseen mass spreads evenly (never above a seen-once row's value, so F stays concave)."""
-        unseen = self.hash_size - self.unique_rows
-        return self.unseen_probability * self.coc.total_accesses / unseen if unseen else 0.0
+        """Expected accesses of new data per never-seen row (0 in-sample)."""
+        return self._values[1]
 
     @functools.cached_property
     def _draw_probability(self) -> float:
@@ -129,11 +114,7 @@ class TableDemand:
         total = self.coc.total_accesses
         if total == 0:
             return np.zeros_like(rows_hbm)
-        seen = self.coc.top_accesses(np.minimum(rows_hbm, self.unique_rows))
-        if self.singletons:
-            seen = seen - (1.0 - self.row_values[-1]) * np.maximum(
-                0.0, np.minimum(rows_hbm, self.unique_rows) - (self.unique_rows - self.singletons)
-            )
+        seen = self.coc.top_sum(np.minimum(rows_hbm, self.unique_rows), self.row_values)
         unseen = self.unseen_row_value * np.clip(rows_hbm - self.unique_rows, 0, None)
         return np.minimum((seen + unseen) / total, 1.0)
 
@@ -335,7 +316,12 @@ class Problem:
             )
 
 
-def build_problem(stats: StatsPartition, model: ModelConfig, hardware: HardwareConfig) -> Problem:
+def build_problem(
+    stats: StatsPartition,
+    model: ModelConfig,
+    hardware: HardwareConfig,
+    hit_estimate: HitEstimate = HitEstimate.HELD_OUT,
+) -> Problem:
     check_profiled_with(stats, model)
     rows = {r["table"]: r for r in stats.rows("tables")}
     features = {r["feature"]: r for r in stats.rows("features")}
@@ -376,9 +362,17 @@ def build_problem(stats: StatsPartition, model: ModelConfig, hardware: HardwareC
                 longest_bag=max(
                     longest_bag(histograms.get(f, []), hardware.batch_size) for f in table.features
                 ),
+                hit_estimate=hit_estimate,
             )
         )
     return Problem(tuple(tables), hardware)
+
+
+def with_hit_estimate(problem: Problem, estimate: HitEstimate) -> Problem:
+    """The same problem with every table's rows valued by ``estimate``."""
+    return dataclasses.replace(
+        problem, tables=tuple(dataclasses.replace(t, hit_estimate=estimate) for t in problem.tables)
+    )
 
 
 def longest_bag(histogram: list[tuple[int, int]], batch: int) -> float:

@@ -106,25 +106,35 @@ def test_remap_entry_schema_matches_remap_file():
 
 
 def test_a_manifest_written_before_the_dataclasses_loads_and_round_trips():
-    """A version-1 manifest (from before the dataclasses) reads as version 3: the same document
-    but for the fields added since, at their defaults, version 2's renames and version 3's
-    optimizer."""
+    """A version-1 manifest (from before the dataclasses) reads as version 4: the same document
+    but for the fields added since, at their defaults, version 2's renames, version 3's
+    optimizer and version 4's in-sample predictions (its own)."""
     text = OLD.read_text()
     manifest = Manifest.from_json(text)
     expected = json.loads(text)
-    expected["schema_version"] = "3"
+    expected["schema_version"] = "4"
     expected["inputs"]["solver_settings"] = expected["inputs"].pop("solver_options")
     expected["hardware"].update(index_bytes=8, output_bytes_per_element=4, optimizer="sgd")
     del expected["hardware"]["optimizer_state_multiplier"]
-    expected["plan"].update(torchrec=[], torchrec_rating_ms=None)
+    expected["plan"].update(
+        torchrec=[],
+        torchrec_rating_ms=None,
+        in_sample_objective_ms=expected["plan"]["objective_ms"],
+        in_sample_uvm_access_fraction=expected["plan"]["uvm_access_fraction"],
+    )
     for baseline in expected["plan"]["baselines"]:
         baseline["torchrec_rating_ms"] = None
     expected["inputs"]["solver_settings"].update(
-        local_search_s=20.0, torchrec_baselines=True, torchrec_timeout_s=120, max_column_shards=8
+        local_search_s=20.0,
+        torchrec_baselines=True,
+        torchrec_timeout_s=120,
+        max_column_shards=8,
+        hit_estimate="in_sample",
     )
     for entry in expected["gpus"] + expected["tables"]:
         entry["trainer_buffer_bytes"] = 0
     for entry in expected["tables"]:
+        entry["in_sample_hbm_access_fraction"] = entry["predicted_hbm_access_fraction"]
         entry["column_shards"] = []
         entry["longest_bag"] = 0.0
     for entry in expected["gpus"]:
@@ -132,7 +142,9 @@ def test_a_manifest_written_before_the_dataclasses_loads_and_round_trips():
     assert json.loads(manifest.to_json()) == expected
     jsonschema.validate(json.loads(manifest.to_json()), SCHEMA)
     assert manifest.ds == "2026-12-01" and manifest.num_gpus == 4 and len(manifest.tables) == 25
-    assert manifest.inputs.solver_settings == solver_settings(SolveOptions(time_limit_s=20.0))
+    assert manifest.inputs.solver_settings == solver_settings(
+        SolveOptions(time_limit_s=20.0, hit_estimate="in_sample")
+    )
     t = manifest.table("t_f00")
     assert t.remap is not None
     assert (t.gpu, t.rows_hbm, t.rows_uvm, t.remap.rows, t.unseen_hbm_below_row) == (2, 14, 2, 10, 8)
@@ -223,38 +235,40 @@ def test_loader_refuses_a_remap_reached_through_a_link_that_leaves_the_directory
 LAST_V1 = pathlib.Path(__file__).parent / "data" / "manifest_v1_34e76d1.json"
 
 
-def test_this_reader_reads_the_last_version_1_manifest_as_version_3():
+def test_this_reader_reads_the_last_version_1_manifest_as_version_4():
     data = json.loads(LAST_V1.read_text())
     assert data["schema_version"] == "1" and "solver_options" in data["inputs"]
     manifest = Manifest.from_json(data)
-    assert manifest.schema_version == SCHEMA_VERSION == "3"
-    assert dataclasses.asdict(manifest.inputs.solver_settings) == data["inputs"]["solver_options"]
+    assert manifest.schema_version == SCHEMA_VERSION == "4"
+    assert dataclasses.asdict(manifest.inputs.solver_settings) == {
+        **data["inputs"]["solver_options"],
+        "hit_estimate": "in_sample",
+    }
     assert manifest.plan.source is PlanSource.KERNEL_GROUPS and manifest.plan.status is MilpStatus.OPTIMAL
     assert [t.name for t in manifest.tables] == [t["name"] for t in data["tables"]]
     # version 1's "warm_start" is version 2's "start"
     data["plan"]["source"] = "warm_start"
     assert Manifest.from_json(data).plan.source is PlanSource.START
-    # written again, it is a version-3 document the schema accepts
+    # written again, it is a version-4 document the schema accepts
     jsonschema.validate(json.loads(manifest.to_json()), SCHEMA)
-    assert json.loads(manifest.to_json())["schema_version"] == "3"
+    assert json.loads(manifest.to_json())["schema_version"] == "4"
 
 
 # the last version-2 manifest: written by `recshard run` at commit 9a1e6cf, the release before version 3
 LAST_V2 = pathlib.Path(__file__).parent / "data" / "manifest_v2_9a1e6cf.json"
 
 
-def test_this_reader_reads_the_last_version_2_manifest_as_version_3():
+def test_this_reader_reads_the_last_version_2_manifest_as_version_4():
     """Version 3 names the trainer's optimizer: a version-2 multiplier of 1.0 (no state) reads as
     sgd, the rest of the document unchanged; any other multiplier names no optimizer and is
     refused with the fix."""
     data = json.loads(LAST_V2.read_text())
     assert data["schema_version"] == "2" and data["hardware"]["optimizer_state_multiplier"] == 1.0
     manifest = Manifest.from_json(data)
-    assert manifest.schema_version == "3" and manifest.hardware.optimizer == "sgd"
+    assert manifest.schema_version == "4" and manifest.hardware.optimizer == "sgd"
     written = json.loads(manifest.to_json())
     jsonschema.validate(written, SCHEMA)
-    expected = json.loads(LAST_V2.read_text())
-    expected["schema_version"] = "3"
+    expected = _as_version_4(json.loads(LAST_V2.read_text()))
     del expected["hardware"]["optimizer_state_multiplier"]
     expected["hardware"]["optimizer"] = "sgd"
     assert written == expected
@@ -266,17 +280,48 @@ def test_this_reader_reads_the_last_version_2_manifest_as_version_3():
     assert "solve again with optimizer set in the hardware config" in err.value.render()
 
 
+def _as_version_4(expected: dict) -> dict:
+    """What version 4 adds to a version-3 document: its predictions again, as in-sample ones."""
+    expected["schema_version"] = "4"
+    expected["inputs"]["solver_settings"]["hit_estimate"] = "in_sample"
+    expected["plan"]["in_sample_objective_ms"] = expected["plan"]["objective_ms"]
+    expected["plan"]["in_sample_uvm_access_fraction"] = expected["plan"]["uvm_access_fraction"]
+    for t in expected["tables"]:
+        t["in_sample_hbm_access_fraction"] = t["predicted_hbm_access_fraction"]
+    return expected
+
+
+# the last version-3 manifest: written by `recshard solve` at commit 4241fa8, the release before version 4
+LAST_V3 = pathlib.Path(__file__).parent / "data" / "manifest_v3_4241fa8.json"
+
+
+def test_this_reader_reads_the_last_version_3_manifest_as_version_4():
+    """Version 4 records predictions on new data and on the profiled data side by side; a
+    version-3 plan was chosen with the profiled counts, so its predictions are its in-sample ones
+    and its hit estimate in_sample; the rest of the document is unchanged."""
+    data = json.loads(LAST_V3.read_text())
+    assert data["schema_version"] == "3" and "hit_estimate" not in data["inputs"]["solver_settings"]
+    manifest = Manifest.from_json(data)
+    assert manifest.schema_version == "4" and manifest.inputs.solver_settings.hit_estimate == "in_sample"
+    written = json.loads(manifest.to_json())
+    jsonschema.validate(written, SCHEMA)
+    assert written == _as_version_4(json.loads(LAST_V3.read_text()))
+    t = manifest.tables[0]
+    assert t.in_sample_hbm_access_fraction == t.predicted_hbm_access_fraction
+    assert manifest.plan.in_sample_objective_ms == manifest.plan.objective_ms
+
+
 def test_a_newer_manifest_is_refused_by_its_version_not_by_its_fields(tmp_path):
     """What an older trainer meets when the solver was upgraded first: a manifest of a version it
     does not read, with a field it does not know. It names the versions, not the field."""
     data = json.loads(Manifest.from_json(LAST_V1.read_text()).to_json())
-    data["schema_version"] = "4"
+    data["schema_version"] = "5"
     data["plan"]["solver_seconds_by_stage"] = {"milp": 1.0}
     (tmp_path / "manifest.json").write_text(json.dumps(data))
     with pytest.raises(RecShardError) as err:
         load_manifest(tmp_path, verify_checksums=False)
     message = str(err.value)
-    assert "schema_version '4': this recshard-stats reads versions 1, 2, 3" in message
+    assert "schema_version '5': this recshard-stats reads versions 1, 2, 3, 4" in message
     assert "written by a newer recshard-stats" in message and "upgrade recshard-stats" in message
     assert "unknown field" not in message and "solver_seconds_by_stage" not in message
     data["schema_version"] = "draft"
@@ -309,7 +354,7 @@ def test_the_released_version_1_reader_refuses_a_newer_manifest_by_its_version()
             released.Manifest.from_json(document)
     finally:
         del sys.modules[released.__name__]
-    assert "schema_version '3'; this loader reads '1'" in str(err.value)
+    assert "schema_version '4'; this loader reads '1'" in str(err.value)
     assert err.value.fixes == ("upgrade recshard-stats",)
 
 

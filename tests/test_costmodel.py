@@ -11,6 +11,7 @@ import pytest
 
 from recshard_stats.config import HardwareConfig
 from recshard_stats.costmodel import CostModel, PassTerms, TableLoad, TierTerms, placement_cost
+from recshard_stats.distributions import HitEstimate
 from recshard_stats.errors import RecShardError
 from recshard_stats.options import SolveOptions
 from recshard_stats.solver.plan import Plan, cost_plan
@@ -59,16 +60,11 @@ def test_v1_is_the_bandwidth_special_case():
 
 
 def _explicit_rows(table):
-    """Per row of the table, hottest first: expected accesses of new data (profile counts, rows
-    seen once less the unseen mass, then never-seen rows), by plain expansion of the classes."""
-    values = np.repeat(table.coc.counts.astype(float), table.coc.rows)
-    total = table.coc.total_accesses
-    singles = int(table.coc.rows[table.coc.counts == 1].sum())
+    """Per row of the table, hottest first: its expected accesses of new data (its class's value,
+    then the never-seen rows'), by plain expansion of the classes."""
+    values = np.repeat(table.row_values, table.coc.rows)
     unseen_rows = table.hash_size - int(table.coc.rows.sum())
-    unseen_mass = singles / total * unseen_rows / table.hash_size * total if unseen_rows else 0.0
-    if singles:
-        values[values == 1] = 1 - unseen_mass / singles
-    return np.concatenate([values, np.full(unseen_rows, unseen_mass / unseen_rows if unseen_rows else 0.0)])
+    return np.concatenate([values, np.full(unseen_rows, table.unseen_row_value)])
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -136,10 +132,13 @@ def test_distinct_rows_follow_the_chance_a_row_is_in_a_batch():
     assert float(full.distinct_rows(480)) == pytest.approx((hits > 0).sum(axis=1).mean(), rel=0.01)
     # the first 20 rows (seen 40 times each): 20 x (1 - 0.95^40)
     assert float(full.distinct_rows(20)) == pytest.approx(20 * (1 - 0.95**40), rel=1e-12)
-    # with never-seen rows, the rows seen once give up the unseen mass (values below 1)
-    t = table("t", [40, 10, 3, 1], [20, 60, 100, 300], hash_size=5000, accesses=100.0)
+    # held out, with never-seen rows: rows seen once are worth less than one access, never-seen
+    # rows share the new mass (300 of the 2000 accesses)
+    t = table(
+        "t", [40, 10, 3, 1], [20, 60, 100, 300], hash_size=5000, accesses=100.0, estimate=HitEstimate.HELD_OUT
+    )
     values = _explicit_rows(t)
-    assert values[-1] < 1
+    assert values[479] < 1 and values[-1] * (5000 - 480) == pytest.approx(300)
     assert float(t.distinct_rows(t.hash_size)) == pytest.approx((1 - 0.95**values).sum(), rel=1e-12)
 
 

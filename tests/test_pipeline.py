@@ -267,9 +267,11 @@ def test_loader_rejects_tampering_and_mismatches(pipeline, tmp_path):
             load_manifest(path)
 
     tampered = json.loads(json.dumps(data))
-    tampered["schema_version"] = "4"
+    tampered["schema_version"] = "5"
     path.write_text(json.dumps(tampered))
-    with pytest.raises(RecShardError, match="schema_version '4': this recshard-stats reads versions 1, 2, 3"):
+    with pytest.raises(
+        RecShardError, match="schema_version '5': this recshard-stats reads versions 1, 2, 3, 4"
+    ):
         load_manifest(path)
 
     path.write_text(text)  # as written, so its checksum beside it matches again

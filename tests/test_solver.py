@@ -1,12 +1,14 @@
 """The MILP, the exact split, the lower bound and the baselines, on instances built in numpy."""
 
+import dataclasses
+import math
 from typing import ClassVar
 
 import numpy as np
 import pytest
 
 from recshard_stats.config import HardwareConfig
-from recshard_stats.distributions import CountOfCounts
+from recshard_stats.distributions import CountOfCounts, HitEstimate
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.manifest import MilpStatus, PlanSource
 from recshard_stats.options import SolveOptions
@@ -38,7 +40,9 @@ def hardware(**kw) -> HardwareConfig:
     return HardwareConfig(**{**base, **kw})
 
 
-def table(name, counts, rows, hash_size, dim=1, accesses=None) -> TableDemand:
+def table(name, counts, rows, hash_size, dim=1, accesses=None, estimate=HitEstimate.IN_SAMPLE) -> TableDemand:
+    """A hand-made table; its rows are worth their counts (in-sample) unless ``estimate`` says
+    otherwise, so the hand optima below stay hand-computable (the estimate is tested apart)."""
     coc = CountOfCounts.of(counts, rows)
     return TableDemand(
         name=name,
@@ -50,6 +54,7 @@ def table(name, counts, rows, hash_size, dim=1, accesses=None) -> TableDemand:
         accesses_per_batch=float(coc.total_accesses if accesses is None else accesses),
         coc=coc,
         pooling_factor=1.0,
+        hit_estimate=estimate,
     )
 
 
@@ -91,20 +96,50 @@ def test_split_takes_hottest_rows_across_tables():
     assert split(problem, [0, 1, 2], 6) == {0: 2, 1: 2, 2: 2}
 
 
-def test_unseen_rows_follow_seen_rows_with_good_turing_mass():
-    # 10 rows, 3 seen (counts 5, 1, 1): 7 accesses, 2 of them to rows seen once
-    t = table("T", [5, 1], [1, 2], 10)
-    problem = Problem((t,), hardware(num_gpus=1, hbm_bytes_per_gpu=5))
-    p = 2 / 7 * 7 / 10  # Good-Turing new-id share x chance a new id lands on one of the 7 unseen rows
-    assert t.unseen_probability == pytest.approx(p)
-    assert t.row_values.tolist() == pytest.approx([5, 1 - p * 7 / 2])  # seen-once rows give up the mass
-    assert t.unseen_row_value == pytest.approx(p * 7 / 7)
-    assert float(t.hbm_fraction(1)) == pytest.approx(5 / 7)
-    assert float(t.hbm_fraction(3)) == pytest.approx(1 - p)
-    assert float(t.hbm_fraction(5)) == pytest.approx(1 - p + p * 2 / 7)
+def test_held_out_values_are_simple_good_turing_worked_by_hand():
+    # 10 rows, 3 seen (counts 5, 1, 1): 7 accesses, 2 of them to rows seen once, 7 rows never seen
+    t = table("T", [5, 1], [1, 2], 10, estimate=HitEstimate.HELD_OUT)
+    # Gale & Sampson: Z_r = N_r / ((t - q) / 2) with neighbours q, t (the last t = 2r - q)
+    z1, z5 = 2 / (0.5 * (5 - 0)), 1 / (0.5 * (2 * 5 - 1 - 1))
+    b = (math.log(z5) - math.log(z1)) / math.log(5)
+    # N_2 = 0: no Turing estimate, the smoothed r* = r (1 + 1/r)^(b + 1) from r = 1 on
+    star1, star5 = 1 * 2 ** (b + 1), 5 * 1.2 ** (b + 1)
+    scale = (7 - 2) / (2 * star1 + star5)  # the seen rows keep all but the new mass N_1 = 2
+    assert t.row_values.tolist() == pytest.approx([star5 * scale, star1 * scale], rel=1e-12)
+    assert t.unseen_row_value == pytest.approx(2 / 7)
+    assert float(t.hbm_fraction(1)) == pytest.approx(star5 * scale / 7)
+    assert float(t.hbm_fraction(3)) == pytest.approx(5 / 7)
+    assert float(t.hbm_fraction(5)) == pytest.approx((5 + 2 * 2 / 7) / 7)
     assert float(t.hbm_fraction(10)) == pytest.approx(1.0)
+    in_sample = dataclasses.replace(t, hit_estimate=HitEstimate.IN_SAMPLE)
+    assert float(in_sample.hbm_fraction(1)) == pytest.approx(5 / 7)
+    assert float(in_sample.hbm_fraction(3)) == float(in_sample.hbm_fraction(10)) == 1.0
+    problem = Problem((t,), hardware(num_gpus=1, hbm_bytes_per_gpu=5))
     assert split(problem, [0], 5) == {0: 5}
     assert split(problem, [0], 2) == {0: 2}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_held_out_hit_share_predicts_a_fresh_sample(seed):
+    """Rows of Zipf-like popularity, two independent days of Poisson accesses: ranked by the
+    first day's counts (as the remap ranks them), the second day's share of the top-k rows,
+    counted with numpy, is what the held-out estimate predicts from the first day alone; the
+    in-sample share is optimistic."""
+    rng = np.random.default_rng(seed)
+    hash_size, samples = 200_000, 300_000
+    rates = rng.pareto(1.2, hash_size) + 0.05
+    rates *= samples / rates.sum()
+    day1, day2 = rng.poisson(rates), rng.poisson(rates)
+    counts, rows = np.unique(day1[day1 > 0], return_counts=True)
+    held_out = table("T", counts, rows, hash_size, estimate=HitEstimate.HELD_OUT)
+    in_sample = dataclasses.replace(held_out, hit_estimate=HitEstimate.IN_SAMPLE)
+    order = np.lexsort((np.arange(hash_size), -day1))  # hottest first, then never-seen rows
+    for k in (1_000, 10_000, 40_000, int((day1 > 0).sum()), 150_000):
+        actual = day2[order[:k]].sum() / day2.sum()
+        predicted = float(held_out.hbm_fraction(k))
+        assert abs(predicted - actual) < 0.006, (k, predicted, actual)
+        if k >= 10_000:  # below the hottest thousand rows, rows seen a few times by chance
+            assert float(in_sample.hbm_fraction(k)) - actual > 0.03, k
 
 
 def random_problem(num_tables, num_gpus, seed, hbm_share=0.25, host_bytes=10**15) -> Problem:
@@ -117,7 +152,8 @@ def random_problem(num_tables, num_gpus, seed, hbm_share=0.25, host_bytes=10**15
         draws = rng.zipf(rng.uniform(1.1, 1.8), int(10 ** rng.uniform(2, 5))) % hash_size
         _, per_row = np.unique(draws, return_counts=True)
         counts, rows = np.unique(per_row, return_counts=True)
-        tables.append(table(f"t{j}", counts, rows, hash_size, dim, accesses=rng.uniform(1e3, 1e5)))
+        accesses = rng.uniform(1e3, 1e5)
+        tables.append(table(f"t{j}", counts, rows, hash_size, dim, accesses, HitEstimate.HELD_OUT))
     total = sum(t.size_bytes for t in tables)
     hw = hardware(
         num_gpus=num_gpus,

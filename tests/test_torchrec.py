@@ -578,12 +578,18 @@ def test_a_solved_plan_fits_torchrecs_storage_estimate(element, optimizer):
         ratings[name] = rate_in_torchrec(
             problem, tuple(s.gpus for s in shards), tuple(s.rows_hbm for s in shards)
         )
-        # and still uses the HBM it has: on every GPU holding a split table, rows fill what the
-        # buffers leave (to within one row)
+        # and still uses the HBM it has: on every GPU holding a table with rows worth moving left
+        # in host memory, rows fill what the buffers leave (to within one row)
         weights = [0.0] * problem.num_gpus
         for j, t in enumerate(placed.tables):
             weights[plan.gpu[j]] += plan.rows_hbm[j] * t.row_bytes
-        for g in {plan.gpu[j] for j, t in enumerate(placed.tables) if 0 < plan.rows_hbm[j] < t.hash_size}:
+        worth = [
+            t.hbm_fraction(plan.rows_hbm[j] + 1) > t.hbm_fraction(plan.rows_hbm[j])
+            for j, t in enumerate(placed.tables)
+        ]
+        for g in {
+            plan.gpu[j] for j, t in enumerate(placed.tables) if plan.rows_hbm[j] < t.hash_size and worth[j]
+        }:
             left = placed.rows_capacity([j for j in range(len(placed.tables)) if plan.gpu[j] == g])
             assert left - max(t.row_bytes for t in placed.tables) <= weights[g] <= left, (g, weights, left)
     fitted, unfitted = ratings["buffers"], ratings["rows only"]
