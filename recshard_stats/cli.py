@@ -196,6 +196,13 @@ def _publish(args) -> None:
     print(publish_latest(args.root, args.manifest, args.model))
 
 
+def _rollback(args) -> None:
+    from recshard_stats.manifest_publisher import rollback_latest
+
+    pointer = rollback_latest(args.root, args.model)
+    print(f"{pathlib.Path(args.root) / 'latest.json'} -> {pointer.manifest} (ds {pointer.ds})")
+
+
 def _calibrate(args) -> None:
     from recshard_stats.calibrate import calibrate
 
@@ -369,6 +376,15 @@ def build_parser() -> argparse.ArgumentParser:
     publish.add_argument("--root", required=True, help="the directory holding latest.json")
     publish.add_argument("--model", default=None)
     publish.set_defaults(func=_publish)
+
+    rollback = command(
+        "rollback",
+        "point <root>/latest.json back at the manifest published before the current one",
+        "example:\n  recshard rollback --root manifests",
+    )
+    rollback.add_argument("--root", required=True, help="the directory holding latest.json")
+    rollback.add_argument("--model", default=None, help="the trainer's model config, to match against")
+    rollback.set_defaults(func=_rollback)
 
     cal = command(
         "calibrate",

@@ -4,7 +4,9 @@
 Publishing snapshots the manifest's directory into ``<root>/published/ds=<day>-<sha256 12>/``
 (hard links where the filesystem allows, files are never modified in place) and points
 ``latest.json`` there: re-running solve or remap for a published day rebuilds ``ds=<day>`` and
-never touches the published plan. The newest PUBLISHED_KEPT snapshots are kept."""
+never touches the published plan. The newest PUBLISHED_KEPT snapshots are kept, and
+``published/history.json`` lists what was published, in order: ``recshard rollback`` moves
+``latest.json`` back to the one before."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from recshard_stats.typed_json import DecodeError, from_plain, to_plain
 
 LATEST_NAME = "latest.json"
 PUBLISHED_DIR = "published"
+HISTORY_NAME = "history.json"  # in PUBLISHED_DIR
 PUBLISHED_KEPT = 7  # snapshots kept (the published one always among them)
 
 
@@ -50,6 +53,38 @@ class LatestPointer:
     ds: str
     digest: str
     sha256: str
+
+
+@dataclasses.dataclass(frozen=True)
+class PublishHistory:
+    """``<root>/published/history.json``: the pointers ``latest.json`` held, oldest first (only
+    those whose snapshot is still kept)."""
+
+    published: tuple[LatestPointer, ...]
+
+
+def _read_json(path: pathlib.Path, cls, what: str):
+    try:
+        return from_plain(cls, json.loads(path.read_text()))
+    except (json.JSONDecodeError, DecodeError) as exc:
+        raise invalid_manifest(f"not {what} ({exc})", "publish a manifest again", path=path) from None
+
+
+def _history(root: pathlib.Path) -> list[LatestPointer]:
+    """What was published, oldest first; before the first history, the pointer itself."""
+    path = root / PUBLISHED_DIR / HISTORY_NAME
+    if path.is_file():
+        return list(_read_json(path, PublishHistory, "a publish history").published)
+    latest = root / LATEST_NAME
+    return [_read_json(latest, LatestPointer, "a latest pointer")] if latest.is_file() else []
+
+
+def _write_history(root: pathlib.Path, pointers: list[LatestPointer]) -> None:
+    kept = [p for p in pointers if (root / p.manifest).is_file()]
+    write_text_atomic(
+        root / PUBLISHED_DIR / HISTORY_NAME,
+        json.dumps(to_plain(PublishHistory(tuple(kept))), indent=2) + "\n",
+    )
 
 
 def _snapshot(source: pathlib.Path, target: pathlib.Path) -> pathlib.Path:
@@ -106,12 +141,40 @@ def _publish(root: pathlib.Path, loaded: ManifestFile, model) -> pathlib.Path:
         digest=published.manifest.inputs.digest,
         sha256=sha256_file(published.path),
     )
+    history = _history(root)
     written = write_text_atomic(root / LATEST_NAME, json.dumps(to_plain(pointer), indent=2) + "\n")
     kept = sorted((root / PUBLISHED_DIR).glob("ds=*"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
     for old in kept[PUBLISHED_KEPT:]:
         if old != snapshot:
             shutil.rmtree(old, ignore_errors=True)
+    _write_history(root, history if history and history[-1] == pointer else [*history, pointer])
     return written
+
+
+def rollback_latest(root: str | os.PathLike, model=None) -> LatestPointer:
+    """Move ``<root>/latest.json`` back to the manifest published before the current one (it
+    must still load and validate in full); the current one leaves the history."""
+    root = pathlib.Path(root)
+    with output_lock(root / "_lock-publish", "recshard rollback", wait_s=60):
+        history = _history(root)
+        if len(history) < 2:
+            raise RecShardError(
+                Reason.INPUT_MISSING,
+                f"{root}: no manifest was published before "
+                + (f"{history[-1].manifest}" if history else "(nothing is published)"),
+                fixes=(f"the {PUBLISHED_KEPT} newest snapshots are kept under {root / PUBLISHED_DIR}",),
+            )
+        previous = history[-2]
+        path = safe_relative(root, previous.manifest)
+        if not path.is_file() or sha256_file(path) != previous.sha256:
+            raise invalid_manifest(
+                f"{previous.manifest} changed after it was published",
+                path=root / PUBLISHED_DIR / HISTORY_NAME,
+            )
+        load_manifest(path, model, require_remap=True, require_checksum=True)
+        write_text_atomic(root / LATEST_NAME, json.dumps(to_plain(previous), indent=2) + "\n")
+        _write_history(root, history[:-1])
+    return previous
 
 
 def load_latest(root: str | os.PathLike, model=None) -> ManifestFile:
@@ -122,12 +185,7 @@ def load_latest(root: str | os.PathLike, model=None) -> ManifestFile:
         raise RecShardError(
             Reason.INPUT_MISSING, f"{pointer_path} does not exist", fixes=("publish a manifest",)
         )
-    try:
-        pointer = from_plain(LatestPointer, json.loads(pointer_path.read_text()))
-    except (json.JSONDecodeError, DecodeError) as exc:
-        raise invalid_manifest(
-            f"not a latest pointer ({exc})", "publish a manifest again", path=pointer_path
-        ) from None
+    pointer = _read_json(pointer_path, LatestPointer, "a latest pointer")
     path = safe_relative(root, pointer.manifest)
     if not path.is_file() or sha256_file(path) != pointer.sha256:
         raise invalid_manifest(f"{pointer.manifest} changed after it was published", path=pointer_path)

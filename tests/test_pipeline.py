@@ -2,6 +2,7 @@
 computations of the same quantities from the raw logs."""
 
 import base64
+import dataclasses
 import html.parser
 import json
 import shutil
@@ -303,6 +304,42 @@ def test_latest_pointer_moves_only_to_a_valid_manifest(pipeline, tmp_path):
     assert json.loads((tmp_path / "latest.json").read_text())["manifest"] == pointed
     shutil.rmtree(target)  # the day rebuilt (or lost) does not take the published plan with it
     assert load_latest(tmp_path).manifest == published.manifest
+
+
+def test_rollback_returns_to_the_manifest_published_before(pipeline, tmp_path, capsys):
+    from recshard_stats import cli
+    from recshard_stats.manifest_publisher import write_manifest
+
+    first = _copy(pipeline, tmp_path)
+    second = tmp_path / "ds=2026-12-02"
+    shutil.copytree(first, second)
+    loaded = load_manifest(first)
+    # the same plan written again for another day: another manifest, with its own checksum
+    write_manifest(second / "manifest.json", dataclasses.replace(loaded.manifest, ds="2026-12-02"))
+    root = tmp_path / "root"
+    assert cli.main(["rollback", "--root", str(root)]) == 2
+    assert "[input_missing]" in capsys.readouterr().err
+    publish_latest(root, first / "manifest.json")
+    assert cli.main(["rollback", "--root", str(root)]) == 2
+    assert "no manifest was published before published/ds=2026-12-01-" in capsys.readouterr().err
+    publish_latest(root, second / "manifest.json")
+    publish_latest(root, second / "manifest.json")  # published again: not a second history entry
+    assert load_latest(root).manifest.ds == "2026-12-02"
+    assert cli.main(["rollback", "--root", str(root)]) == 0
+    assert "latest.json -> published/ds=2026-12-01-" in capsys.readouterr().out
+    back = load_latest(root)
+    assert back.manifest == loaded.manifest
+    history = json.loads((root / "published" / "history.json").read_text())["published"]
+    assert [h["ds"] for h in history] == ["2026-12-01"]
+    assert cli.main(["rollback", "--root", str(root)]) == 2  # nothing before the first
+    capsys.readouterr()
+    # a snapshot edited after it was published is never rolled back to
+    publish_latest(root, second / "manifest.json")
+    snapshot = root / history[0]["manifest"]
+    snapshot.write_text(snapshot.read_text().replace('"2026-12-01"', '"2026-11-30"', 1))
+    assert cli.main(["rollback", "--root", str(root)]) == 2
+    assert f"{history[0]['manifest']} changed after it was published" in capsys.readouterr().err
+    assert load_latest(root).manifest.ds == "2026-12-02"
 
 
 class _Figures(html.parser.HTMLParser):
