@@ -191,9 +191,23 @@ def _validate(args) -> None:
 
 
 def _publish(args) -> None:
-    from recshard_stats.manifest_publisher import publish_latest
+    from recshard_stats.manifest_publisher import LATEST_NAME, publish_if_better
 
-    print(publish_latest(args.root, args.manifest, args.model))
+    decision = publish_if_better(
+        args.root,
+        args.manifest,
+        args.model,
+        evaluation=args.evaluation,
+        published_evaluation=args.published_evaluation,
+        margin=args.margin,
+        force=args.force,
+    )
+    if decision.publish:
+        print(
+            f"published: {pathlib.Path(args.root) / LATEST_NAME} -> {decision.candidate} ({decision.reason})"
+        )
+    else:
+        print(f"kept the published {decision.published}: {decision.reason}; --force publishes it anyway")
 
 
 def _rollback(args) -> None:
@@ -270,6 +284,7 @@ def _run_stages(args, ds: str, out: pathlib.Path) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from recshard_stats.calibrate import DEFAULT_BUDGET_S, DEFAULT_HOST_GIB, DEFAULT_REPS
     from recshard_stats.generate import DEFAULT_CHUNK_ROWS
+    from recshard_stats.publish_decision import DEFAULT_MARGIN
 
     parser = argparse.ArgumentParser(
         prog="recshard",
@@ -369,12 +384,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     publish = command(
         "publish",
-        "point <root>/latest.json at a manifest once it validates",
-        "example:\n  recshard publish --manifest manifests/ds=2026-12-01 --root manifests",
+        "point <root>/latest.json at a manifest once it validates (and, given both evaluations, is faster)",
+        "examples:\n  recshard publish --manifest manifests/ds=2026-12-01 --root manifests\n"
+        "  recshard publish --manifest manifests/ds=2026-12-02 --root manifests \\\n"
+        "      --evaluation new.json --published-evaluation old.json   # only if 2% faster",
     )
     publish.add_argument("--manifest", required=True)
     publish.add_argument("--root", required=True, help="the directory holding latest.json")
     publish.add_argument("--model", default=None)
+    publish.add_argument(
+        "--evaluation", default=None, help="the candidate's `recshard evaluate` on the newest logs"
+    )
+    publish.add_argument(
+        "--published-evaluation",
+        default=None,
+        help="the published manifest's `recshard evaluate` on the same logs (with --evaluation: "
+        "the candidate is published only when it is faster by --margin)",
+    )
+    publish.add_argument(
+        "--margin",
+        type=float,
+        default=DEFAULT_MARGIN,
+        help=f"how much faster the candidate must be (default {DEFAULT_MARGIN})",
+    )
+    publish.add_argument("--force", action="store_true", help="publish whatever the comparison says")
     publish.set_defaults(func=_publish)
 
     rollback = command(

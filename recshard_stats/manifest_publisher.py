@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import pathlib
+from typing import TYPE_CHECKING
 
 from recshard_stats.atomic import check_output_root, output_lock, write_text_atomic
 from recshard_stats.errors import Reason, RecShardError
@@ -27,6 +28,9 @@ from recshard_stats.manifest_loader import (
     sha256_file,
 )
 from recshard_stats.typed_json import DecodeError, from_plain, to_plain
+
+if TYPE_CHECKING:
+    from recshard_stats.publish_decision import PublishDecision
 
 LATEST_NAME = "latest.json"
 PUBLISHED_DIR = "published"
@@ -122,6 +126,50 @@ def publish_latest(root: str | os.PathLike, manifest_path: str | os.PathLike, mo
     # publishers of several days take turns: each moves the one pointer and prunes snapshots
     with output_lock(root / "_lock-publish", f"recshard publish of {loaded.manifest.ds}", wait_s=60):
         return _publish(root, loaded, model)
+
+
+def publish_if_better(
+    root: str | os.PathLike,
+    manifest_path: str | os.PathLike,
+    model=None,
+    evaluation: str | os.PathLike | None = None,
+    published_evaluation: str | os.PathLike | None = None,
+    margin: float | None = None,
+    force: bool = False,
+) -> PublishDecision:
+    """``recshard publish``: decide (:mod:`~recshard_stats.publish_decision`) whether the candidate
+    replaces the published manifest, write ``decision.json`` beside it, and publish it if so."""
+    from recshard_stats.publish_decision import DEFAULT_MARGIN, decide, write_decision
+    from recshard_stats.replay import load_evaluation
+
+    root = pathlib.Path(root)
+    check_output_root(root, "--root")
+    loaded = load_manifest(manifest_path, model, require_remap=True, require_checksum=True)
+    candidate_evaluation = load_evaluation(pathlib.Path(evaluation)) if evaluation is not None else None
+    earlier_evaluation = (
+        load_evaluation(pathlib.Path(published_evaluation)) if published_evaluation is not None else None
+    )
+    with output_lock(root / "_lock-publish", f"recshard publish of {loaded.manifest.ds}", wait_s=60):
+        published, broken = None, None
+        if (root / LATEST_NAME).is_file():
+            try:
+                published = load_latest(root)
+            except RecShardError as exc:  # a published plan that no longer loads is replaced
+                broken = exc.message
+        decision = decide(
+            loaded,
+            published,
+            candidate_evaluation,
+            earlier_evaluation,
+            DEFAULT_MARGIN if margin is None else margin,
+            force,
+        )
+        if broken is not None and not force:
+            decision = dataclasses.replace(decision, reason=f"the published plan no longer loads: {broken}")
+        write_decision(decision)
+        if decision.publish:
+            _publish(root, loaded, model)
+    return decision
 
 
 def _publish(root: pathlib.Path, loaded: ManifestFile, model) -> pathlib.Path:

@@ -342,6 +342,82 @@ def test_rollback_returns_to_the_manifest_published_before(pipeline, tmp_path, c
     assert load_latest(root).manifest.ds == "2026-12-02"
 
 
+def test_publish_replaces_the_published_plan_only_when_the_candidate_is_faster(pipeline, tmp_path, capsys):
+    """Two manifests (the same plan, for two days) replayed on the same held-out day: equal
+    replayed times, so the candidate is not 2% faster and the published plan stays; with
+    margin 0 (at least as fast) or --force it is published. decision.json holds both figures."""
+    from recshard_stats import cli
+    from recshard_stats.manifest_publisher import write_manifest
+    from recshard_stats.options import ReplayOptions
+    from recshard_stats.spark_io import spark_session
+    from recshard_stats.stages import replay_logs
+
+    first = _copy(pipeline, tmp_path)
+    second = tmp_path / "ds=2026-12-02"
+    shutil.copytree(first, second)
+    write_manifest(
+        second / "manifest.json", dataclasses.replace(load_manifest(first).manifest, ds="2026-12-02")
+    )
+    root = tmp_path / "root"
+    publish = ["publish", "--root", str(root), "--manifest"]
+    assert cli.main([*publish, str(first)]) == 0
+    assert (
+        "published:" in capsys.readouterr().out
+        and "nothing is published yet" in (first / "decision.json").read_text()
+    )
+    snapshot = load_latest(root).path.parent
+    spark = spark_session("recshard-tests")
+    day2 = str(pipeline["day2"])
+    candidate_eval = replay_logs(spark, ReplayOptions(str(second), (day2,), out=str(tmp_path / "cand.json")))
+    published_eval = replay_logs(spark, ReplayOptions(str(snapshot), (day2,), out=str(tmp_path / "pub.json")))
+    replayed = [
+        json.loads(p.read_text())["plans"]["recshard"]["max_cost_ms"]
+        for p in (candidate_eval, published_eval)
+    ]
+    assert replayed[0] == pytest.approx(replayed[1], rel=1e-12)
+    capsys.readouterr()  # the replays' summaries
+    compare = [
+        str(second),
+        "--evaluation",
+        str(candidate_eval),
+        "--published-evaluation",
+        str(published_eval),
+    ]
+
+    assert cli.main([*publish, *compare]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(
+        f"kept the published {snapshot / 'manifest.json'}: not faster by the margin 2% (+0.0%)"
+    )
+    decision = json.loads((second / "decision.json").read_text())
+    assert decision["publish"] is False and decision["margin"] == 0.02
+    assert decision["candidate_ms"] == pytest.approx(replayed[0]) and decision[
+        "published_ms"
+    ] == pytest.approx(replayed[1])
+    assert decision["logs"] == [day2] and load_latest(root).manifest.ds == "2026-12-01"
+
+    assert cli.main([*publish, *compare, "--margin", "0"]) == 0
+    assert "faster by 0.0% (margin 0%)" in capsys.readouterr().out
+    assert load_latest(root).manifest.ds == "2026-12-02"
+    assert cli.main(["rollback", "--root", str(root)]) == 0 and load_latest(root).manifest.ds == "2026-12-01"
+    capsys.readouterr()
+    assert cli.main([*publish, str(second), "--force"]) == 0
+    assert "forced (--force)" in capsys.readouterr().out and load_latest(root).manifest.ds == "2026-12-02"
+
+    # the evaluations must be of these two manifests, on the same logs, both or neither
+    assert cli.main([*publish, str(second), "--evaluation", str(candidate_eval)]) == 2
+    assert "--published-evaluation is missing" in capsys.readouterr().err
+    swapped = [
+        str(second),
+        "--evaluation",
+        str(published_eval),
+        "--published-evaluation",
+        str(candidate_eval),
+    ]
+    assert cli.main([*publish, *swapped]) == 2
+    assert "--evaluation replays" in capsys.readouterr().err
+
+
 class _Figures(html.parser.HTMLParser):
     def __init__(self):
         super().__init__()
