@@ -94,6 +94,8 @@ class PartitionCounter:
             if f.index in columns:
                 column = columns[f.index] if keep is None else columns[f.index].filter(keep)
                 self._count_feature(f, column, pending)
+            elif is_multi_hot(f.type):  # absent from every sample: each one counts at pooling factor 0
+                pending.tally(record_code(RecordKind.POOLING, f.index), 0, parsed)
         if rejects is not None:
             pending.add(
                 record_code(RecordKind.REJECT), (rejects if keep is None else rejects.filter(keep)).flatten()
@@ -174,16 +176,23 @@ class ParquetFileCounter:
             wanted = [
                 f for f in self.counter.features if f.name in schema.names
             ]  # a missing column: all null
+            read_as = {}
             for f in wanted:
-                if not _holds(schema.field(f.name).type, f.type):
+                plain = _plain_type(schema.field(f.name).type)
+                if not _holds(plain, f.type):
                     raise pa.ArrowInvalid(
                         f"column {f.name!r} has type {schema.field(f.name).type}, "
                         f"the model config says {f.type}"
                     )
+                empty = pa.types.is_null(plain) or (
+                    pa.types.is_list(plain) and pa.types.is_null(plain.value_type)
+                )
+                read_as[f.index] = _natural_type(f.type) if empty else plain
             for batch in file.iter_batches(
                 PARQUET_BATCH_ROWS, columns=[f.name for f in wanted], use_threads=False
             ):
-                yield batch.num_rows, {f.index: batch.column(f.name) for f in wanted}
+                # one type per feature whatever each file's writer chose, so a task's chunks concatenate
+                yield batch.num_rows, {f.index: batch.column(f.name).cast(read_as[f.index]) for f in wanted}
         except (pa.ArrowException, OSError) as exc:
             raise RuntimeError(unreadable_file_message(uri, exc)) from None
 
@@ -192,12 +201,44 @@ def _is_text(arrow_type: pa.DataType) -> bool:
     return pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
 
 
+def _plain_type(arrow_type: pa.DataType) -> pa.DataType:
+    """The type a column is counted as: dictionaries decoded (what pandas writes for a category),
+    ``large_string`` and ``string_view`` as ``string``, large, fixed-size and view lists as ``list``."""
+    if pa.types.is_dictionary(arrow_type):
+        return _plain_type(arrow_type.value_type)
+    if pa.types.is_large_string(arrow_type) or pa.types.is_string_view(arrow_type):
+        return pa.string()
+    if any(
+        check(arrow_type)
+        for check in (
+            pa.types.is_list,
+            pa.types.is_large_list,
+            pa.types.is_fixed_size_list,
+            pa.types.is_list_view,
+            pa.types.is_large_list_view,
+        )
+    ):
+        return pa.list_(_plain_type(arrow_type.value_type))
+    return arrow_type
+
+
+def _natural_type(feature_type: str) -> pa.DataType:
+    """A feature's ids as the counter reads them, for a column of Arrow type null (all absent)."""
+    single = pa.string() if feature_type in ("string", "hex", "array<string>") else pa.int64()
+    return pa.list_(single) if is_multi_hot(feature_type) else single
+
+
 def _holds(arrow_type: pa.DataType, feature_type: str) -> bool:
-    """Whether a Parquet column of ``arrow_type`` holds the ids of a ``feature_type`` feature."""
+    """Whether a Parquet column of (plain, :func:`_plain_type`) ``arrow_type`` holds the ids of a
+    ``feature_type`` feature; a column of type null holds none of any feature."""
+    if pa.types.is_null(arrow_type):
+        return True
     if is_multi_hot(feature_type):
         if not (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)):
             return False
         element = arrow_type.value_type
+        if pa.types.is_null(element):  # lists that are all empty or null
+            return True
         return _is_text(element) if feature_type == "array<string>" else pa.types.is_integer(element)
     return pa.types.is_integer(arrow_type) if feature_type == "int64" else _is_text(arrow_type)
 

@@ -565,28 +565,127 @@ def test_both_parquet_readers_count_messy_files_alike_and_right(spark, tmp_path)
     assert pooling == {0: 2, 1: 2, 2: 1}
 
 
+def test_valid_parquet_of_every_arrow_spelling_is_counted_by_both_readers(spark, tmp_path):
+    """What pandas and pyarrow write for the same values: a category column (dictionary), string
+    as large_string or string_view, lists as large_list or fixed_size_list, a column of Arrow type
+    null; files of different spellings in one read (one task may hold several). Both readers give
+    the statistics of a count by hand; none calls a file corrupt."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    pd.DataFrame(
+        {
+            "s": pd.Categorical(["a", "b", "a", None]),
+            "i": [1, 2, 3, 4],
+            "m": [[1, 2], [3], [], [1]],
+            "t": [["x"], [], None, ["w"]],
+        }
+    ).to_parquet(logs / "part-0.parquet")
+    pq.write_table(
+        pa.table(
+            {
+                "s": pa.array(["b", "c"], pa.large_string()),
+                "i": pa.array([5, 5], pa.int32()),
+                "m": pa.array([[7, 8], [1, 1]], pa.list_(pa.int64(), 2)),
+                "t": pa.array([["x"], ["y", "x"]], pa.large_list(pa.large_string())),
+            }
+        ),
+        logs / "part-1.parquet",
+    )
+    pq.write_table(
+        pa.table(
+            {
+                "s": pa.array(["c", None, "a"], pa.string_view()),
+                "i": pa.nulls(3),
+                "m": pa.array([[2], None, [3, 3, 3]], pa.large_list(pa.int32())),
+                "t": pa.array([["z"], [], None], pa.list_(pa.string_view())),
+            }
+        ),
+        logs / "part-2.parquet",
+    )
+    model = write_yaml(
+        tmp_path / "m.yaml",
+        {
+            "features": [
+                {"name": "s", "type": "string"},
+                {"name": "i", "type": "int64"},
+                {"name": "m", "type": "array<int64>"},
+                {"name": "t", "type": "array<string>"},
+            ],
+            "tables": [
+                {"name": "ts", "features": ["s"], "hash_size": 1 << 20, "dim": 4, "hash": "xxhash64"},
+                {"name": "ti", "features": ["i"], "hash_size": 100, "dim": 4},
+                {"name": "tm", "features": ["m"], "hash_size": 100, "dim": 4},
+                {"name": "tt", "features": ["t"], "hash_size": 1 << 20, "dim": 4, "hash": "xxhash64"},
+            ],
+        },
+    )
+    # by hand, 9 samples: s a b a - | b c | c - a ; i 1 2 3 4 | 5 5 | - - - ;
+    # m [1 2] [3] [] [1] | [7 8] [1 1] | [2] - [3 3 3] ; t [x] [] - [w] | [x] [y x] | [z] [] -
+    expected = {
+        "s": dict(present=7, total=7, unique=3, histogram=None),
+        "i": dict(present=6, total=6, unique=5, histogram=None),
+        "m": dict(present=7, total=12, unique=5, histogram={0: 2, 1: 3, 2: 3, 3: 1}),
+        "t": dict(present=5, total=6, unique=4, histogram={0: 4, 1: 4, 2: 1}),
+    }
+    for reader in ("arrow", "spark"):
+        stats = load_stats(
+            run_profile(model, logs, tmp_path / reader, "2026-12-01", "--parquet-reader", reader)
+        )
+        assert stats.metadata.num_samples == 9 and stats.metadata.skipped_files == (), reader
+        rows = _by(stats, "features", "feature")
+        for name, e in expected.items():
+            got = rows[name]
+            assert (got["present_samples"], got["total_accesses"], got["unique_raw_ids"]) == (
+                e["present"],
+                e["total"],
+                e["unique"],
+            ), (reader, name)
+            if e["histogram"] is not None:
+                histogram = {
+                    r["pooling_factor"]: r["samples"]
+                    for r in stats.rows("pooling_histogram")
+                    if r["feature"] == name
+                }
+                assert histogram == e["histogram"], (reader, name)
+
+
 @pytest.mark.parametrize("reader", ["arrow", "spark"])
 def test_a_file_without_the_feature_columns_still_counts_its_samples(spark, tmp_path, reader):
     """One day's file lacks every feature column (another logger wrote it): its rows are samples
-    where every feature is absent, with either reader."""
+    where every feature is absent, with either reader; a multi-hot feature's pooling histogram
+    counts them at pooling factor 0 (its coverage and pooling factor come from that histogram)."""
     (tmp_path / "logs").mkdir()
-    pq.write_table(pa.table({"a": pa.array([1, 2, 2], pa.int64())}), tmp_path / "logs" / "part-0.parquet")
+    pq.write_table(
+        pa.table(
+            {"a": pa.array([1, 2, 2], pa.int64()), "m": pa.array([[1, 2], [], [3]], pa.list_(pa.int64()))}
+        ),
+        tmp_path / "logs" / "part-0.parquet",
+    )
     pq.write_table(
         pa.table({"other": pa.array(list(range(5)), pa.int64())}), tmp_path / "logs" / "part-1.parquet"
     )
     model = write_yaml(
         tmp_path / "m.yaml",
         {
-            "features": [{"name": "a", "type": "int64"}],
-            "tables": [{"name": "t", "features": ["a"], "hash_size": 10, "dim": 4}],
+            "features": [{"name": "a", "type": "int64"}, {"name": "m", "type": "array<int64>"}],
+            "tables": [
+                {"name": "t", "features": ["a"], "hash_size": 10, "dim": 4},
+                {"name": "tm", "features": ["m"], "hash_size": 10, "dim": 4},
+            ],
         },
     )
     stats = load_stats(
         run_profile(model, tmp_path / "logs", tmp_path / "stats", "2026-12-01", "--parquet-reader", reader)
     )
-    row = _by(stats, "features", "feature")["a"]
+    rows = _by(stats, "features", "feature")
     assert stats.metadata.num_samples == 8
-    assert (row["present_samples"], row["total_accesses"], row["coverage"]) == (3, 3, 3 / 8)
+    assert (rows["a"]["present_samples"], rows["a"]["total_accesses"], rows["a"]["coverage"]) == (3, 3, 3 / 8)
+    histogram = {
+        r["pooling_factor"]: r["samples"] for r in stats.rows("pooling_histogram") if r["feature"] == "m"
+    }
+    assert histogram == {0: 1 + 5, 1: 1, 2: 1}  # [] and the other file's 5 rows: pooling factor 0
+    m = rows["m"]
+    assert (m["present_samples"], m["total_accesses"], m["coverage"], m["pf_mean"]) == (2, 3, 2 / 8, 3 / 8)
 
 
 def test_a_stage_runs_with_its_settings_and_gives_the_session_its_own_back(spark):
