@@ -622,10 +622,10 @@ def test_valid_parquet_of_every_arrow_spelling_is_counted_by_both_readers(spark,
     # by hand, 9 samples: s a b a - | b c | c - a ; i 1 2 3 4 | 5 5 | - - - ;
     # m [1 2] [3] [] [1] | [7 8] [1 1] | [2] - [3 3 3] ; t [x] [] - [w] | [x] [y x] | [z] [] -
     expected = {
-        "s": dict(present=7, total=7, unique=3, histogram=None),
-        "i": dict(present=6, total=6, unique=5, histogram=None),
-        "m": dict(present=7, total=12, unique=5, histogram={0: 2, 1: 3, 2: 3, 3: 1}),
-        "t": dict(present=5, total=6, unique=4, histogram={0: 4, 1: 4, 2: 1}),
+        "s": {"present": 7, "total": 7, "unique": 3, "histogram": None},
+        "i": {"present": 6, "total": 6, "unique": 5, "histogram": None},
+        "m": {"present": 7, "total": 12, "unique": 5, "histogram": {0: 2, 1: 3, 2: 3, 3: 1}},
+        "t": {"present": 5, "total": 6, "unique": 4, "histogram": {0: 4, 1: 4, 2: 1}},
     }
     for reader in ("arrow", "spark"):
         stats = load_stats(
