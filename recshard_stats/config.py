@@ -39,8 +39,9 @@ CRITEO_DENSE = tuple(f"I{i}" for i in range(1, 14))
 CRITEO_SPARSE = tuple(f"C{i}" for i in range(1, 27))
 MAX_HASH_SIZE = 2**63 - 1  # rows are int64 in Spark, the remap and the loader
 MODEL_KEYS = ("name", "input", "features", "tables")
-INPUT_KEYS = ("format", "separator", "list_separator")
-CSV_DEFAULTS = {"separator": ",", "list_separator": "|"}
+INPUT_KEYS = ("format", "separator", "list_separator", "quote", "escape", "multiline")
+# RFC 4180 by default: a field may be quoted, a quote inside it doubled, a line end inside it kept
+CSV_DEFAULTS = {"separator": ",", "list_separator": "|", "quote": '"', "escape": '"'}
 FEATURE_KEYS = ("name", "type", "synthetic")
 TABLE_KEYS = ("name", "features", "feature", "hash_size", "dim", "hash")
 HARDWARE_KEYS = (
@@ -86,6 +87,9 @@ class CsvOptions:
 
     separator: str = CSV_DEFAULTS["separator"]  # between fields ("\t" for TSV)
     list_separator: str = CSV_DEFAULTS["list_separator"]  # between the ids of a multi-hot field: a|b|c
+    quote: str = CSV_DEFAULTS["quote"]  # around a field that holds separators, quotes or line ends
+    escape: str = CSV_DEFAULTS["escape"]  # before a quote inside a quoted field (the quote itself: doubled)
+    multiline: bool = True  # line ends inside quoted fields (false: faster, a file split across tasks)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -374,17 +378,27 @@ def parse_model_config(data: dict, source: str = "model config") -> ModelConfig:
 def _csv_options(source: str, entry: dict) -> CsvOptions:
     values = {key: entry.get(key, default) for key, default in CSV_DEFAULTS.items()}
     for key, value in values.items():
-        if not isinstance(value, str) or len(value) != 1 or value in '\r\n"':
+        quoting = key in ("quote", "escape")
+        if (
+            not isinstance(value, str)
+            or len(value) != 1
+            or value in "\r\n"
+            or (not quoting and value == values["quote"])
+        ):
             raise _fail(
-                f"{source}: input", f"{key} must be one character (not a quote or line end), got {value!r}"
+                f"{source}: input",
+                f"{key} must be one character (not the quote or a line end), got {value!r}",
             )
+    multiline = entry.get("multiline", True)
+    if not isinstance(multiline, bool):
+        raise _fail(f"{source}: input", f"multiline must be true or false, got {multiline!r}")
     if values["separator"] == values["list_separator"]:
         raise _fail(
             f"{source}: input",
             f"separator and list_separator are both {values['separator']!r}",
             "the ids of a multi-hot field need their own separator, e.g. list_separator: '|'",
         )
-    return CsvOptions(**values)
+    return CsvOptions(**values, multiline=multiline)
 
 
 def load_model_config(path: str | pathlib.Path) -> ModelConfig:

@@ -381,6 +381,18 @@ def _arrow_readable_files(spark, inputs: list[str]) -> list[tuple[str, int]] | N
     return files
 
 
+def python_csv_dialect(options) -> dict:
+    """Python's ``csv`` module parameters for the model's CSV options (Spark's reader reads them
+    the same way): the header is read with them, and tests write with them."""
+    doubled = options.escape == options.quote
+    return {
+        "delimiter": options.separator,
+        "quotechar": options.quote,
+        "doublequote": doubled,
+        "escapechar": None if doubled else options.escape,
+    }
+
+
 def read_csv(spark, model, inputs: list[str]):
     """CSV/TSV logs with a header row: every column a string, plus ``_corrupt_record`` for a
     line whose field count is not the header's (counted as unparseable, not read)."""
@@ -388,8 +400,16 @@ def read_csv(spark, model, inputs: list[str]):
 
     from recshard_stats.readers import CORRUPT_COLUMN, check_csv_columns
 
-    reader = spark.read.option("header", True).option("sep", model.csv.separator).option("mode", "PERMISSIVE")
-    columns = _csv_header(spark, inputs, model.csv.separator)
+    csv = model.csv
+    reader = (
+        spark.read.option("header", True)
+        .option("sep", csv.separator)
+        .option("quote", csv.quote)
+        .option("escape", csv.escape)
+        .option("multiLine", csv.multiline)
+        .option("mode", "PERMISSIVE")
+    )
+    columns = _csv_header(spark, inputs, csv)
     check_csv_columns(columns, model, ", ".join(inputs))
     schema = T.StructType(
         [T.StructField(c, T.StringType()) for c in columns] + [T.StructField(CORRUPT_COLUMN, T.StringType())]
@@ -398,7 +418,7 @@ def read_csv(spark, model, inputs: list[str]):
     return reader.schema(schema).option("columnNameOfCorruptRecord", CORRUPT_COLUMN).csv(inputs)
 
 
-def _csv_header(spark, inputs: list[str], separator: str) -> list[str]:
+def _csv_header(spark, inputs: list[str], options) -> list[str]:
     """The columns every file's header names, in order. Spark reads every file under one file's
     header: a file with its columns in another order would be read with its columns swapped,
     so it is an error naming it."""
@@ -413,7 +433,7 @@ def _csv_header(spark, inputs: list[str], separator: str) -> list[str]:
             line = reader.readLine()
         finally:
             stream.close()
-        header = next(csv.reader([line or ""], delimiter=separator), [])
+        header = next(csv.reader([line or ""], **python_csv_dialect(options)), [])
         if columns is None:
             columns, first_file = header, file
         elif header != columns:

@@ -426,6 +426,58 @@ def _csv_field(value, sep: str) -> str:
     return sep.join(str(v) for v in value) if isinstance(value, list) else str(value)
 
 
+@pytest.mark.parametrize("escape, quoting", [('"', "QUOTE_MINIMAL"), ('"', "QUOTE_ALL"), ("\\", "QUOTE_ALL")])
+def test_quoted_csv_values_get_the_ids_pythons_csv_module_reads(spark, tmp_path, escape, quoting):
+    """A CSV written by Python's csv module (RFC 4180: quoted fields holding separators, list
+    separators, quotes and line ends; or every field quoted, quotes escaped with a backslash):
+    every value's row is the row of the value csv.reader reads back, hashed in numpy."""
+    import collections
+    import csv
+    import io
+
+    from recshard_stats.config import CsvOptions
+    from recshard_stats.hashing import keys_of, rows_of
+    from recshard_stats.spark_io import python_csv_dialect
+
+    values = ['Say "hi"', "a,b", "plain", "two\nlines", '"quoted"', "x|y", "", "plain", 'back\\slash "q"']
+    lists = [["a", 'b"c'], ["d,e"], [], ["f\ng", "a"], ["a"], ["x"], ["z"], ["a", "a"], ["q"]]
+    options = CsvOptions(escape=escape)
+    buffer = io.StringIO(newline="")
+    writer = csv.writer(
+        buffer, quoting=getattr(csv, quoting), lineterminator="\n", **python_csv_dialect(options)
+    )
+    writer.writerow(["s", "m"])
+    for v, lst in zip(values, lists, strict=True):
+        writer.writerow([v, "|".join(lst)])
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "part-0.csv").write_text(buffer.getvalue())
+    read_back = list(csv.reader(io.StringIO(buffer.getvalue(), newline=""), **python_csv_dialect(options)))[
+        1:
+    ]
+    assert [r[0] for r in read_back] == values  # what a trainer parsing the same file gets
+    hash_size = 1 << 40
+    model = write_yaml(
+        tmp_path / "m.yaml",
+        {
+            "input": {"format": "csv", "escape": escape},
+            "features": [{"name": "s", "type": "string"}, {"name": "m", "type": "array<string>"}],
+            "tables": [
+                {"name": "ts", "features": ["s"], "hash_size": hash_size, "dim": 4, "hash": "xxhash64"},
+                {"name": "tm", "features": ["m"], "hash_size": hash_size, "dim": 4, "hash": "xxhash64"},
+            ],
+        },
+    )
+    stats = run_profile(model, tmp_path / "logs", tmp_path / "stats", "2026-12-01", "--row-counts")
+    assert load_stats(stats).metadata.num_samples == len(values)
+    for table, ids in (
+        ("ts", [r[0] for r in read_back if r[0]]),
+        ("tm", [i for r in read_back if r[1] for i in r[1].split("|")]),
+    ):
+        expected = collections.Counter(rows_of(keys_of(ids, "string", "xxhash64"), hash_size).tolist())
+        got = pq.read_table(stats / "row_counts" / f"table={table}").to_pandas()
+        assert dict(zip(got["row"], got["access_count"], strict=True)) == expected, table
+
+
 @pytest.mark.slow
 def test_csv_with_delimited_lists_profiles_like_the_parquet_it_was_written_from(
     spark, synthetic, synthetic_stats, tmp_path
