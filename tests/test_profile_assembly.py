@@ -146,3 +146,24 @@ def test_reject_limits():
     ) as err:
         check_rejects(MODEL, absent, limit=1.0)
     assert err.value.reason is Reason.INPUT_MISSING
+
+
+@pytest.mark.parametrize(
+    "csv_input, message",
+    [
+        ({"multiline": "yes"}, "multiline must be true or false, got 'yes'"),
+        ({"separator": '"'}, "separator must be one character (not the quote or a line end), got '\"'"),
+        ({"quote": "ab"}, "quote must be one character"),
+        ({"list_separator": ","}, "separator and list_separator are both ','"),
+    ],
+)
+def test_csv_input_settings_are_checked_with_the_reason(csv_input, message):
+    base = {
+        "features": [{"name": "s", "type": "string"}],
+        "tables": [{"name": "t", "features": ["s"], "hash_size": 10, "dim": 4, "hash": "xxhash64"}],
+    }
+    with pytest.raises(RecShardError) as err:
+        parse_model_config({**base, "input": {"format": "csv", **csv_input}}, source="m.yaml")
+    assert message in str(err.value) and err.value.reason is Reason.CONFIG_INVALID
+    parsed = parse_model_config({**base, "input": {"format": "csv"}}, source="m.yaml").csv
+    assert parsed is not None and (parsed.quote, parsed.escape, parsed.multiline) == ('"', '"', True)
