@@ -99,6 +99,17 @@ def check_parquet_schema(schema: T.StructType, model: ModelConfig, source: str) 
             )
 
 
+def parquet_read_schema(model: ModelConfig) -> T.StructType:
+    """The features' columns as the profile reads them from Parquet: ids as bigint or string."""
+    single = {"int64": T.LongType(), "string": T.StringType(), "hex": T.StringType()}
+    types = {
+        **single,
+        "array<int64>": T.ArrayType(T.LongType()),
+        "array<string>": T.ArrayType(T.StringType()),
+    }
+    return T.StructType([T.StructField(f.name, types[f.type]) for f in model.features])
+
+
 def normalize_parquet(df: DataFrame, model: ModelConfig, source: str = "input") -> DataFrame:
     """Parquet logs with one column per feature (array<int64>, array<string>, int64 or string)."""
     check_parquet_schema(df.schema, model, source)

@@ -311,7 +311,14 @@ def read_normalized(spark, model, inputs: list[str], sample_fraction: float = 1.
         return normalize_criteo_tsv(sample(spark.read.text(inputs)), model)
     if model.input_format == "csv":
         return normalize_csv(sample(read_csv(spark, model, inputs)), model)
-    return normalize_parquet(sample(spark.read.parquet(*inputs)), model, source=", ".join(inputs))
+    from recshard_stats.readers import check_parquet_schema, parquet_read_schema
+
+    source = ", ".join(inputs)
+    check_parquet_schema(spark.read.parquet(*inputs).schema, model, source)
+    # read as the model's types: one file's int32 ids and another's int64 are the same ids (the
+    # pyarrow reader casts them too); the schema of the first file read would refuse the wider
+    logs = spark.read.schema(parquet_read_schema(model)).parquet(*inputs)
+    return normalize_parquet(sample(logs), model, source=source)
 
 
 def read_partial_counts(
@@ -452,6 +459,9 @@ READ_SETTINGS = {
     "spark.sql.csv.parser.columnPruning.enabled": "false",
     # table names such as "123" must stay strings when read back from table=<name> directories
     "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+    # a feature's column is the one spelt as the model config spells it, in both Parquet readers
+    # (pyarrow matches names exactly)
+    "spark.sql.caseSensitive": "true",
 }
 
 

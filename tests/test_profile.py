@@ -698,6 +698,53 @@ def test_valid_parquet_of_every_arrow_spelling_is_counted_by_both_readers(spark,
 
 
 @pytest.mark.parametrize("reader", ["arrow", "spark"])
+def test_int32_and_int64_files_are_the_same_ids_and_names_match_exactly(spark, tmp_path, reader):
+    """One rule in both readers: a day whose files hold a feature's ids as int32 in one and int64
+    in another is read whole, as the same ids; a column is the feature's only when spelt exactly
+    as the model config spells it (``I`` is not ``i``)."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    pq.write_table(
+        pa.table(
+            {"i": pa.array([1, 2, 2], pa.int32()), "m": pa.array([[1], [2, 3], []], pa.list_(pa.int32()))}
+        ),
+        logs / "part-0.parquet",
+    )
+    pq.write_table(
+        pa.table(
+            {"i": pa.array([2, 1 << 40], pa.int64()), "m": pa.array([[3], [1 << 40]], pa.list_(pa.int64()))}
+        ),
+        logs / "part-1.parquet",
+    )
+    features = [{"name": "i", "type": "int64"}, {"name": "m", "type": "array<int64>"}]
+    tables = [
+        {"name": "ti", "features": ["i"], "hash_size": 1000, "dim": 4},
+        {"name": "tm", "features": ["m"], "hash_size": 1000, "dim": 4},
+    ]
+    spec = {"features": features, "tables": tables}
+    model = write_yaml(tmp_path / "m.yaml", spec)
+    stats = load_stats(run_profile(model, logs, tmp_path / "stats", "2026-12-01", "--parquet-reader", reader))
+    rows = _by(stats, "features", "feature")
+    assert stats.metadata.num_samples == 5
+    # i: 1 2 2 | 2 2^40 ; m: [1] [2 3] [] | [3] [2^40]
+    assert (rows["i"]["total_accesses"], rows["i"]["unique_raw_ids"], rows["i"]["unique_rows"]) == (5, 3, 3)
+    assert (rows["m"]["total_accesses"], rows["m"]["unique_raw_ids"], rows["m"]["present_samples"]) == (
+        5,
+        4,
+        4,
+    )
+    upper = write_yaml(
+        tmp_path / "upper.yaml",
+        {
+            "features": [{"name": "I", "type": "int64"}, features[1]],
+            "tables": [{**tables[0], "features": ["I"]}, tables[1]],
+        },
+    )
+    with pytest.raises(RecShardError, match=r"feature column 'I' \(type int64\) is missing from the logs"):
+        run_profile(upper, logs, tmp_path / "stats-upper", "2026-12-01", "--parquet-reader", reader)
+
+
+@pytest.mark.parametrize("reader", ["arrow", "spark"])
 def test_a_file_without_the_feature_columns_still_counts_its_samples(spark, tmp_path, reader):
     """One day's file lacks every feature column (another logger wrote it): its rows are samples
     where every feature is absent, with either reader; a multi-hot feature's pooling histogram
