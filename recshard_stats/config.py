@@ -14,6 +14,7 @@ Every problem is reported with the file, the entry and what would be valid.
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import difflib
 import functools
@@ -39,7 +40,7 @@ CRITEO_DENSE = tuple(f"I{i}" for i in range(1, 14))
 CRITEO_SPARSE = tuple(f"C{i}" for i in range(1, 27))
 MAX_HASH_SIZE = 2**63 - 1  # rows are int64 in Spark, the remap and the loader
 MODEL_KEYS = ("name", "input", "features", "tables")
-INPUT_KEYS = ("format", "separator", "list_separator", "quote", "escape", "multiline")
+INPUT_KEYS = ("format", "separator", "list_separator", "quote", "escape", "multiline", "encoding")
 # RFC 4180 by default: a field may be quoted, a quote inside it doubled, a line end inside it kept
 CSV_DEFAULTS = {"separator": ",", "list_separator": "|", "quote": '"', "escape": '"'}
 FEATURE_KEYS = ("name", "type", "synthetic")
@@ -90,6 +91,7 @@ class CsvOptions:
     quote: str = CSV_DEFAULTS["quote"]  # around a field that holds separators, quotes or line ends
     escape: str = CSV_DEFAULTS["escape"]  # before a quote inside a quoted field (the quote itself: doubled)
     multiline: bool = True  # line ends inside quoted fields (false: faster, a file split across tasks)
+    encoding: str = "UTF-8"  # of the files' bytes; a byte it cannot decode makes its value a reject
 
 
 @dataclasses.dataclass(frozen=True)
@@ -392,13 +394,22 @@ def _csv_options(source: str, entry: dict) -> CsvOptions:
     multiline = entry.get("multiline", True)
     if not isinstance(multiline, bool):
         raise _fail(f"{source}: input", f"multiline must be true or false, got {multiline!r}")
+    encoding = entry.get("encoding", CsvOptions.encoding)
+    try:
+        codecs.lookup(encoding)
+    except (LookupError, TypeError):
+        raise _fail(
+            f"{source}: input",
+            f"encoding {encoding!r} is not a known text encoding",
+            "e.g. UTF-8, ISO-8859-1",
+        ) from None
     if values["separator"] == values["list_separator"]:
         raise _fail(
             f"{source}: input",
             f"separator and list_separator are both {values['separator']!r}",
             "the ids of a multi-hot field need their own separator, e.g. list_separator: '|'",
         )
-    return CsvOptions(**values, multiline=multiline)
+    return CsvOptions(**values, multiline=multiline, encoding=encoding)
 
 
 def load_model_config(path: str | pathlib.Path) -> ModelConfig:

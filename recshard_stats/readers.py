@@ -151,6 +151,9 @@ def check_csv_columns(columns: list[str], model: ModelConfig, source: str) -> No
         )
 
 
+UNDECODABLE = "\ufffd"  # what Java's decoders put in place of bytes the encoding does not map
+
+
 def _csv_value(
     value: Column, index: int, feature_type: str, list_separator: str
 ) -> tuple[Column, Column | None]:
@@ -170,9 +173,15 @@ def _csv_value(
         return F.transform(kept, lambda x: F.when(x != "", x.try_cast("bigint"))), _reject(
             index, "not_integer", bad
         )
+    # a byte the file's encoding cannot decode comes out of Spark's reader as U+FFFD: the value is
+    # a reject, never the id of a replacement character
     if feature_type == "array<string>":
-        return F.when(present, F.split(value, re.escape(list_separator), -1)), None
-    return value, None
+        parts = F.when(present, F.split(value, re.escape(list_separator), -1))
+        kept = F.filter(parts, lambda x: ~x.contains(UNDECODABLE))
+        bad = F.coalesce(F.size(parts) - F.size(kept), F.lit(0))
+        return kept, _reject(index, "undecodable", bad)
+    undecodable = present & value.contains(UNDECODABLE)
+    return F.when(~undecodable, value), F.when(undecodable, _reject(index, "undecodable")).otherwise(_empty())
 
 
 def _is_int64(text: Column) -> Column:

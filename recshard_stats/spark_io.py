@@ -414,6 +414,7 @@ def read_csv(spark, model, inputs: list[str]):
         .option("quote", csv.quote)
         .option("escape", csv.escape)
         .option("multiLine", csv.multiline)
+        .option("encoding", csv.encoding)
         .option("mode", "PERMISSIVE")
     )
     columns = _csv_header(spark, inputs, csv)
@@ -436,7 +437,9 @@ def _csv_header(spark, inputs: list[str], options) -> list[str]:
     for file in input_files(spark, inputs):
         stream = fs.fs.open(fs.path(file))
         try:
-            reader = fs._jvm.java.io.BufferedReader(fs._jvm.java.io.InputStreamReader(stream, "UTF-8"))
+            reader = fs._jvm.java.io.BufferedReader(
+                fs._jvm.java.io.InputStreamReader(stream, options.encoding)
+            )
             line = reader.readLine()
         finally:
             stream.close()

@@ -478,6 +478,49 @@ def test_quoted_csv_values_get_the_ids_pythons_csv_module_reads(spark, tmp_path,
         assert dict(zip(got["row"], got["access_count"], strict=True)) == expected, table
 
 
+def test_a_latin1_csv_is_read_in_its_encoding_and_undecodable_bytes_are_rejects(spark, tmp_path):
+    """MovieLens' item file is Latin-1. Read as Latin-1, accented titles get the ids of the
+    decoded text; read as UTF-8 (the default), their bytes do not decode: each such value is an
+    ``undecodable`` reject, counted, and not hashed as U+FFFD."""
+    import collections
+
+    from recshard_stats.hashing import keys_of, rows_of
+
+    titles = ["Café society", "plain", "Naïve|Ünïcode", "plain"]
+    text = "title,tags\n" + "".join(f"{t.split('|')[0]},{t.split('|')[-1]}\n" for t in titles)
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "items.csv").write_bytes(text.encode("latin-1"))
+    hash_size = 1 << 40
+    spec = {
+        "features": [{"name": "title", "type": "string"}, {"name": "tags", "type": "array<string>"}],
+        "tables": [
+            {"name": "tt", "features": ["title"], "hash_size": hash_size, "dim": 4, "hash": "xxhash64"},
+            {"name": "tg", "features": ["tags"], "hash_size": hash_size, "dim": 4, "hash": "xxhash64"},
+        ],
+    }
+    titles_read = [t.split("|")[0] for t in titles]
+    tags_read = [t.split("|")[-1] for t in titles]
+    latin = write_yaml(
+        tmp_path / "latin.yaml", {**spec, "input": {"format": "csv", "encoding": "ISO-8859-1"}}
+    )
+    stats = run_profile(latin, tmp_path / "logs", tmp_path / "latin", "2026-12-01", "--row-counts")
+    for table, ids in (("tt", titles_read), ("tg", tags_read)):
+        expected = collections.Counter(rows_of(keys_of(ids, "string", "xxhash64"), hash_size).tolist())
+        got = pq.read_table(stats / "row_counts" / f"table={table}").to_pandas()
+        assert dict(zip(got["row"], got["access_count"], strict=True)) == expected, table
+    assert load_stats(stats).rows("rejects") == []
+
+    utf8 = write_yaml(tmp_path / "utf8.yaml", {**spec, "input": {"format": "csv"}})
+    as_utf8 = load_stats(
+        run_profile(utf8, tmp_path / "logs", tmp_path / "utf8", "2026-12-01", "--max-reject-fraction", "1")
+    )
+    rejects = {(r["column"], r["reason"]): r["count"] for r in as_utf8.rows("rejects")}
+    assert rejects == {("title", "undecodable"): 2, ("tags", "undecodable"): 2}
+    rows = _by(as_utf8, "features", "feature")
+    assert (rows["title"]["total_accesses"], rows["title"]["unique_raw_ids"]) == (2, 1)  # "plain" twice
+    assert rows["tags"]["total_accesses"] == 2
+
+
 @pytest.mark.slow
 def test_csv_with_delimited_lists_profiles_like_the_parquet_it_was_written_from(
     spark, synthetic, synthetic_stats, tmp_path
