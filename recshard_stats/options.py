@@ -75,7 +75,9 @@ class SketchOptions:
 @dataclasses.dataclass(frozen=True)
 class SparkOptions:
     master: str | None = _opt(None, "Spark master (default: spark-submit's, else local[*])")
-    driver_memory: str | None = _opt(None, "driver memory in local mode, e.g. 4g")
+    driver_memory: str | None = _opt(
+        None, "driver memory in local mode, e.g. 4g (default: half of this machine's memory)"
+    )
     spark_log: str | None = _opt(
         None,
         "Spark's own log in local mode (default: recshard-spark-<user>.log in the "

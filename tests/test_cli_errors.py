@@ -671,3 +671,19 @@ def test_a_feature_absent_from_every_row_is_warned_about(spark, tmp_path, caplog
         "feature C2 has no id in any of the 20 samples (coverage 0): is its column named right in the "
         "model config, and is it logged?"
     ]
+
+
+def test_local_mode_gets_half_of_the_machines_memory_unless_told():
+    """Spark's own 1g default starved the 10^7-sample profile (BENCHMARKS.md, issue 28)."""
+    import pathlib
+
+    from recshard_stats.spark_io import local_driver_memory
+
+    meminfo = pathlib.Path("/proc/meminfo")
+    if not meminfo.is_file():
+        pytest.skip("no /proc/meminfo to check against")
+    total_kib = int(
+        next(line for line in meminfo.read_text().splitlines() if line.startswith("MemTotal:")).split()[1]
+    )
+    given = local_driver_memory()
+    assert given.endswith("g") and abs(int(given[:-1]) - total_kib / 2**20 / 2) <= 1
