@@ -213,13 +213,7 @@ def rollback_latest(root: str | os.PathLike, model=None) -> LatestPointer:
                 fixes=(f"the {PUBLISHED_KEPT} newest snapshots are kept under {root / PUBLISHED_DIR}",),
             )
         previous = history[-2]
-        path = safe_relative(root, previous.manifest)
-        if not path.is_file() or sha256_file(path) != previous.sha256:
-            raise invalid_manifest(
-                f"{previous.manifest} changed after it was published",
-                path=root / PUBLISHED_DIR / HISTORY_NAME,
-            )
-        load_manifest(path, model, require_remap=True, require_checksum=True)
+        _load_pointed(root, previous, model, root / PUBLISHED_DIR / HISTORY_NAME)
         write_text_atomic(root / LATEST_NAME, json.dumps(to_plain(previous), indent=2) + "\n")
         _write_history(root, history[:-1])
     return previous
@@ -233,8 +227,15 @@ def load_latest(root: str | os.PathLike, model=None) -> ManifestFile:
         raise RecShardError(
             Reason.INPUT_MISSING, f"{pointer_path} does not exist", fixes=("publish a manifest",)
         )
-    pointer = _read_json(pointer_path, LatestPointer, "a latest pointer")
+    return _load_pointed(
+        root, _read_json(pointer_path, LatestPointer, "a latest pointer"), model, pointer_path
+    )
+
+
+def _load_pointed(root: pathlib.Path, pointer: LatestPointer, model, where: pathlib.Path) -> ManifestFile:
+    """The published manifest ``pointer`` names (read from ``where``), unchanged since it was
+    published and loading in full."""
     path = safe_relative(root, pointer.manifest)
     if not path.is_file() or sha256_file(path) != pointer.sha256:
-        raise invalid_manifest(f"{pointer.manifest} changed after it was published", path=pointer_path)
+        raise invalid_manifest(f"{pointer.manifest} changed after it was published", path=where)
     return load_manifest(path, model, require_remap=True, require_checksum=True)

@@ -98,9 +98,13 @@ class TableDemand:
         rows_hbm = np.asarray(rows_hbm, dtype=np.float64)
         if self.coc.total_accesses == 0:
             return np.zeros_like(rows_hbm)
-        seen, unseen = self._rows_in_batch
-        return self.coc.top_sum(np.minimum(rows_hbm, self.unique_rows), seen) + unseen * np.clip(
-            rows_hbm - self.unique_rows, 0, None
+        return self._over_first_rows(rows_hbm, *self._rows_in_batch)
+
+    def _over_first_rows(self, rows, per_class, per_unseen: float) -> np.ndarray:
+        """The sum of a per-row value over the ``rows`` first rows of the remap: seen rows by
+        class, hottest first, then never-seen rows."""
+        return self.coc.top_sum(np.minimum(rows, self.unique_rows), per_class) + per_unseen * np.clip(
+            rows - self.unique_rows, 0, None
         )
 
     @functools.cached_property
@@ -114,9 +118,9 @@ class TableDemand:
         total = self.coc.total_accesses
         if total == 0:
             return np.zeros_like(rows_hbm)
-        seen = self.coc.top_sum(np.minimum(rows_hbm, self.unique_rows), self.row_values)
-        unseen = self.unseen_row_value * np.clip(rows_hbm - self.unique_rows, 0, None)
-        return np.minimum((seen + unseen) / total, 1.0)
+        return np.minimum(
+            self._over_first_rows(rows_hbm, self.row_values, self.unseen_row_value) / total, 1.0
+        )
 
 
 @dataclasses.dataclass(frozen=True)
