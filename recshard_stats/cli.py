@@ -19,6 +19,7 @@ from recshard_stats.options import (
     ReplayOptions,
     SolveOptions,
     SparkOptions,
+    WindowOptions,
     add_arguments,
     check_ds,
     from_args,
@@ -28,6 +29,7 @@ EXAMPLES = """examples:
   recshard run --out example_run                   # the built-in example, end to end
   recshard generate --spec conf/synthetic.yaml --samples 1000000 --out logs/ds=2026-12-01
   recshard profile --model conf/synthetic.yaml --input logs/ds=2026-12-01 --out stats --ds 2026-12-01 --row-counts
+  recshard window --model conf/synthetic.yaml --stats stats --out windows --ds 2026-12-07 --days 7
   recshard solve --stats stats/ds=2026-12-01 --model conf/synthetic.yaml --hardware conf/hardware.yaml --out manifests
   recshard remap --manifest manifests/ds=2026-12-01
   recshard evaluate --manifest manifests/ds=2026-12-01 --logs logs/ds=2026-12-02
@@ -44,6 +46,13 @@ PROFILE_EXAMPLES = """examples:
   recshard profile --model conf/synthetic.yaml --input logs/ --out stats --skip-corrupt-files
   recshard profile --model conf/synthetic.yaml --input logs/ --out stats --approximate --hll-lg-k 16
   spark-submit --master yarn --py-files dist/recshard_stats.zip jobs/profile_job.py --model ... --input ... --out ...
+"""
+WINDOW_EXAMPLES = """examples:
+  recshard profile --model conf/synthetic.yaml --input logs/ds=2026-12-07 --out stats --ds 2026-12-07 --id-counts
+  recshard window --model conf/synthetic.yaml --stats stats --out windows --ds 2026-12-07 --days 7
+  recshard window ... --days 14 --min-days 10 --half-life 3   # recent days weigh more
+  recshard solve --stats windows/ds=2026-12-07 --model conf/synthetic.yaml --hardware conf/hardware.yaml --out manifests
+  spark-submit jobs/window_job.py --model ... --stats ... --out ... --ds ...
 """
 SOLVE_EXAMPLES = """examples:
   recshard solve --stats stats/ds=2026-12-01 --model conf/synthetic.yaml --hardware conf/hardware.yaml --out manifests
@@ -132,6 +141,15 @@ def _profile(args) -> None:
     options = from_args(ProfileOptions, args)  # options and config are checked before Spark starts
     model = load_model_config(options.model)
     print(profile_logs(_spark(args, "recshard-profile"), options, model))
+
+
+def _window(args) -> None:
+    from recshard_stats.config import load_model_config
+    from recshard_stats.stages import merge_window
+
+    options = from_args(WindowOptions, args)
+    model = load_model_config(options.model)
+    print(merge_window(_spark(args, "recshard-window"), options, model))
 
 
 def _solve(args) -> None:
@@ -328,6 +346,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     spark_command(
         "profile", "profile logs into stats Parquet (Spark)", PROFILE_EXAMPLES, ProfileOptions, _profile
+    )
+
+    spark_command(
+        "window",
+        "merge the last N days' stats into one window partition (Spark)",
+        WINDOW_EXAMPLES,
+        WindowOptions,
+        _window,
     )
 
     solve = command("solve", "solve the sharding MILP -> manifest.json", SOLVE_EXAMPLES)

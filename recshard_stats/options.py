@@ -108,6 +108,7 @@ class ProfileOptions:
     seed: int = _opt(0, "seed of the sampling")
     cdf_points: int = _opt(128, "access-CDF breakpoints per feature/table")
     row_counts: bool = _opt(False, "also write per-row access counts (for remap)")
+    id_counts: bool = _opt(False, "also write per-id access counts (what `recshard window` merges days from)")
     max_reject_fraction: float = _opt(
         DEFAULT_MAX_REJECT_FRACTION,
         "fail when more than this fraction of rows (or of one column's values) is rejected",
@@ -155,17 +156,51 @@ class ProfileOptions:
             raise _invalid(f"--max-reject-fraction must be in [0, 1], got {self.max_reject_fraction}")
         if self.max_skipped_files < 0:
             raise _invalid(f"--max-skipped-files must be >= 0, got {self.max_skipped_files}")
-        if self.approximate and self.row_counts:
+        if self.approximate and (self.row_counts or self.id_counts):
+            what, flag = ("per-row", "--row-counts") if self.row_counts else ("per-id", "--id-counts")
             raise _invalid(
-                "per-row access counts (--row-counts, for remap) need the exact profile",
+                f"{what} access counts ({flag}) need the exact profile",
                 "drop --approximate",
-                "or drop --row-counts",
+                f"or drop {flag}",
             )
         _ = self.sketch  # validates the sketch settings
 
     @property
     def sketch(self) -> SketchOptions | None:
         return SketchOptions(self.hll_lg_k, self.row_sample_bits) if self.approximate else None
+
+    @property
+    def partition_ds(self) -> str:
+        return self.ds or datetime.date.today().isoformat()
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowOptions:
+    model: str = _opt(help="model config the days were profiled with")
+    stats: str = _opt(help="stats root holding the days, <stats>/ds=<date> (profiled with --id-counts)")
+    out: str = _opt(help="window root; the partition is <out>/ds=<date>")
+    ds: str | None = _opt(None, "the window's last day YYYY-MM-DD (default: today)")
+    days: int = _opt(7, "days in the window, ending at --ds")
+    min_days: int | None = _opt(None, "fail when fewer days than this have stats (default: --days)")
+    half_life_days: float | None = _opt(
+        None,
+        "weight each day's counts by 0.5 ** (age in days / this), rounded to whole accesses "
+        "(default: every day counts fully, an exact merge)",
+        flag="--half-life",
+    )
+    cdf_points: int = _opt(ProfileOptions.cdf_points, "access-CDF breakpoints per feature/table")
+
+    def __post_init__(self):
+        if self.ds is not None:
+            check_ds(self.ds)
+        if self.days < 1:
+            raise _invalid(f"--days must be at least 1, got {self.days}")
+        if self.min_days is not None and not 1 <= self.min_days <= self.days:
+            raise _invalid(f"--min-days must be in 1..--days ({self.days}), got {self.min_days}")
+        if self.half_life_days is not None and not 0 < self.half_life_days < math.inf:
+            raise _invalid(f"--half-life must be a positive number of days, got {self.half_life_days}")
+        if self.cdf_points < 2:
+            raise _invalid(f"--cdf-points must be at least 2, got {self.cdf_points}")
 
     @property
     def partition_ds(self) -> str:

@@ -276,7 +276,7 @@ def assemble(
         counts = (
             agg.pooling.get(f.index, {})
             if is_multi_hot(f.type)
-            else {1: d.accesses, 0: agg.num_samples - d.accesses}
+            else {1: d.accesses, 0: max(0, agg.num_samples - d.accesses)}  # a decayed window rounds
         )
         hist = sorted((p, n) for p, n in counts.items() if n)
         pf = pooling_stats(np.array([p for p, _ in hist], np.int64), np.array([n for _, n in hist], np.int64))

@@ -56,7 +56,7 @@ DEFAULT_CDF_POINTS = ProfileOptions.cdf_points
 @dataclasses.dataclass(frozen=True)
 class ProfileResult:
     """Small tables as lists of row dicts (schemas in :mod:`recshard_stats.schemas`), plus the
-    distributed per-row access counts (``None`` unless asked for)."""
+    distributed per-row and per-id access counts (``None`` unless asked for)."""
 
     tables: dict[str, list[dict]]
     row_counts: DataFrame | None
@@ -64,9 +64,10 @@ class ProfileResult:
     rejected_rows: int
     num_samples: int
     cached: tuple[DataFrame, ...] = ()
+    id_counts: DataFrame | None = None
 
     def release(self) -> None:
-        """Drop the cached aggregates (after ``row_counts`` has been written)."""
+        """Drop the cached aggregates (after ``row_counts`` and ``id_counts`` have been written)."""
         for frame in self.cached:
             frame.unpersist()
 
@@ -157,13 +158,38 @@ def profile(
     *,
     cdf_points: int = DEFAULT_CDF_POINTS,
     with_row_counts: bool = False,
+    with_id_counts: bool = False,
     max_reject_fraction: float = DEFAULT_MAX_REJECT_FRACTION,
     sketch: SketchOptions | None = None,
 ) -> ProfileResult:
     """Aggregate the partial counts of the logs (:func:`recshard_stats.spark_io.read_partial_counts`)
     and assemble every output table. ``layout`` must have been made with the same ``sketch`` (its
     row samples)."""
-    records = _records(partial, layout)
+    return profile_records(
+        spark,
+        _records(partial, layout),
+        layout,
+        cdf_points=cdf_points,
+        with_row_counts=with_row_counts,
+        with_id_counts=with_id_counts,
+        max_reject_fraction=max_reject_fraction,
+        sketch=sketch,
+    )
+
+
+def profile_records(
+    spark: SparkSession,
+    records: DataFrame,
+    layout: ProfileLayout,
+    *,
+    cdf_points: int,
+    with_row_counts: bool,
+    with_id_counts: bool,
+    max_reject_fraction: float,
+    sketch: SketchOptions | None,
+) -> ProfileResult:
+    """Every output table from records ``(code, key, count)``: a day's logs (:func:`profile`) or
+    a window of days' merged counts (:mod:`recshard_stats.window`)."""
     log.info(
         "profile: aggregating %d features (%s)",
         len(layout.features),
@@ -172,11 +198,14 @@ def profile(
     cached: list[DataFrame] = []  # frames kept in memory, released on failure or after the row counts
     try:
         if sketch is None:
-            aggregates, row_counts = _exact(spark, records, layout, with_row_counts, cached)
+            aggregates, row_counts, id_counts = _exact(
+                spark, records, layout, with_row_counts, with_id_counts, cached
+            )
             check_rejects(layout.model, aggregates, max_reject_fraction)
         else:
-            aggregates, row_counts = (
+            aggregates, row_counts, id_counts = (
                 _approximate(spark, records, layout, sketch, max_reject_fraction, cached),
+                None,
                 None,
             )
         tables = assemble(layout, aggregates, cdf_points)
@@ -187,12 +216,13 @@ def profile(
             aggregates.bad_rows,
             aggregates.num_samples,
             tuple(cached),
+            id_counts,
         )
     except BaseException:
         for frame in cached:
             frame.unpersist()
         raise
-    if row_counts is None:
+    if row_counts is None and id_counts is None:
         result.release()
     return result
 
@@ -223,8 +253,9 @@ def _exact(
     records: DataFrame,
     layout: ProfileLayout,
     with_row_counts: bool,
+    with_id_counts: bool,
     cached: list[DataFrame],
-) -> tuple[CollectedAggregates, DataFrame | None]:
+) -> tuple[CollectedAggregates, DataFrame | None, DataFrame | None]:
     """Every exact aggregate in one Spark job after **one** shuffle of the partial counts.
 
     Before the shuffle each id gets its key (integer ids that hash with xxhash64 are hashed here,
@@ -233,7 +264,9 @@ def _exact(
     two features is one row and one key). Records are shuffled by (table, row), so the per-id
     and per-row aggregations need no other shuffle; other records keep their key as their row.
     The small results (count-of-counts, pooling, rejects, rows) are one collect. With
-    ``with_row_counts`` the per-row frame is kept (in ``cached``) for the row counts."""
+    ``with_row_counts`` the per-row frame is kept (in ``cached``) for the row counts; with
+    ``with_id_counts`` the per-id frame, for each feature's ids and their accesses (keys as
+    hashed, so a window of days re-aggregates them with ``hash_ids`` off)."""
     shared = layout.shared_tables
     levels = spark.createDataFrame(
         [
@@ -262,16 +295,18 @@ def _exact(
     joined = records.join(F.broadcast(levels), "code", "left")  # records of other kinds: no table
     key = F.when(F.col("hash_ids"), F.xxhash64("key")).otherwise(F.col("key"))
     row = F.when(F.col("t").isNotNull(), F.pmod(key, F.col("hash_size"))).otherwise(F.col("key"))
-    per_row = (
+    per_key = (
         joined.select(
             F.coalesce("level_code", "code").alias("code"), "t", key.alias("key"), row.alias("row"), "count"
         )
         .repartition("t", "row")
         .groupBy("t", "row", "code", "key")
         .agg(F.sum("count").alias("count"))
-        .groupBy("t", "row", "code")
-        .agg(F.sum("count").alias("c"), F.count("*").alias("nkeys"))
     )
+    if with_id_counts:
+        per_key = per_key.persist(StorageLevel.MEMORY_AND_DISK)
+        cached.append(per_key)
+    per_row = per_key.groupBy("t", "row", "code").agg(F.sum("count").alias("c"), F.count("*").alias("nkeys"))
     if with_row_counts:
         per_row = per_row.persist(StorageLevel.MEMORY_AND_DISK)
         cached.append(per_row)
@@ -297,8 +332,17 @@ def _exact(
         feature_coc=feature_coc,
         table_coc=_unshared_tables(shared_coc, feature_coc, layout),
     )
+    id_counts = None
+    if with_id_counts:
+        features = spark.createDataFrame(
+            [(record_code(RecordKind.ID, f.index), f.name) for f in layout.features],
+            "code int, feature string",
+        )
+        id_counts = per_key.join(F.broadcast(features), "code").select(
+            "feature", "key", F.col("count").alias("access_count")
+        )
     if not with_row_counts:
-        return aggregates, None
+        return aggregates, None, id_counts
     # a table's rows: its feature's, or (fed by several) its own
     table_level = [
         record_code(RecordKind.TABLE, j)
@@ -314,7 +358,7 @@ def _exact(
         .join(F.broadcast(names), "t")
         .select("table", "row", F.col("c").alias("access_count"))
     )
-    return aggregates, row_counts
+    return aggregates, row_counts, id_counts
 
 
 def _unshared_tables(table_coc: dict, feature_coc: dict, layout: ProfileLayout) -> dict:

@@ -70,6 +70,9 @@ TABLES: dict[str, list[tuple[str, str]]] = {
     "rejects": [("column", "string"), ("reason", "string"), ("count", "bigint")],
     # optional, partitioned by table: access count of every accessed row.
     "row_counts": [("table", "string"), ("row", "bigint"), ("access_count", "bigint")],
+    # optional: access count of every id of every feature (key: the id as hashed to its row, so
+    # row = key mod hash_size); what `recshard window` merges days from
+    "id_counts": [("feature", "string"), ("key", "bigint"), ("access_count", "bigint")],
 }
 
 SMALL_TABLES = ("features", "tables", "pooling_histogram", "count_of_counts", "access_cdf", "rejects")
@@ -125,6 +128,17 @@ class ApproximateMetadata:
 
 
 @dataclasses.dataclass(frozen=True)
+class WindowMetadata:
+    """A window partition's days: merged from the stats partitions of ``days`` (oldest first);
+    with ``half_life_days`` each day's counts were weighted 0.5 ** (age / half-life), age in days
+    before the window's last day, and rounded (a row or id seen keeps a count of at least 1)."""
+
+    days: tuple[str, ...]
+    missing_days: tuple[str, ...]  # days of the window that had no stats partition
+    half_life_days: float | None
+
+
+@dataclasses.dataclass(frozen=True)
 class StatsMetadata:
     """``metadata.json`` of a stats partition: what was profiled, how, and what was left out."""
 
@@ -150,3 +164,5 @@ class StatsMetadata:
     # feature -> its outlying largest pooling factor
     pooling_outliers: dict = dataclasses.field(default_factory=dict)
     ignored_files: tuple[str, ...] = ()  # input files whose names say they are not logs (README, *.json, ...)
+    id_counts: bool = False  # the partition has id_counts (a window can merge it)
+    window: WindowMetadata | None = None  # set on a window partition (`recshard window`)

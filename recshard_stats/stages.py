@@ -13,7 +13,7 @@ import pathlib
 import shutil
 
 from recshard_stats.errors import Reason, RecShardError
-from recshard_stats.options import ProfileOptions, RemapOptions, ReplayOptions
+from recshard_stats.options import ProfileOptions, RemapOptions, ReplayOptions, WindowOptions
 from recshard_stats.spark_io import (
     READ_SETTINGS,
     HadoopFS,
@@ -64,6 +64,7 @@ def profile_logs(spark, options: ProfileOptions, model=None) -> str:
                     layout,
                     cdf_points=options.cdf_points,
                     with_row_counts=options.row_counts,
+                    with_id_counts=options.id_counts,
                     max_reject_fraction=options.max_reject_fraction,
                     sketch=sketch,
                 )
@@ -102,6 +103,7 @@ def profile_logs(spark, options: ProfileOptions, model=None) -> str:
         hash_seed=SEED,
         cdf_points=options.cdf_points,
         row_counts=options.row_counts,
+        id_counts=options.id_counts,
         approximate=approximate_metadata(sketch, model) if sketch else None,
         spark_version=pyspark.__version__,
         model=model.to_dict(),
@@ -124,6 +126,69 @@ def profile_logs(spark, options: ProfileOptions, model=None) -> str:
             )
     target = publish_profile(spark, result, options.out, ds, metadata)
     log.info("profiled %d samples (%d rows rejected) -> %s", result.num_samples, result.rejected_rows, target)
+    return target
+
+
+@with_spark_settings(READ_SETTINGS)
+def merge_window(spark, options: WindowOptions, model=None) -> str:
+    """``recshard window``: the last ``days`` day partitions -> ``<out>/ds=<date>/``, a stats
+    partition of all of them (with row and id counts), published like a day's."""
+    import pyspark
+
+    from recshard_stats.config import load_model_config
+    from recshard_stats.hashing import SEED
+    from recshard_stats.profile_assembly import pooling_outliers
+    from recshard_stats.profiler import profile_records
+    from recshard_stats.schemas import StatsMetadata, WindowMetadata
+    from recshard_stats.stats_output import publish_profile
+    from recshard_stats.window import check_mergeable, find_days, merge_layout, window_records
+
+    model = model or load_model_config(options.model)
+    ds = options.partition_ds
+    HadoopFS(spark, options.out).check_writable(options.out)
+    window = find_days(options.stats, ds, options.days, options.min_days or options.days)
+    check_mergeable(window, model)
+    if window.missing:
+        log.warning("window ending %s: no stats for %s", ds, ", ".join(window.missing))
+    log.info("window ending %s: merging %d days (%s)", ds, len(window.found), ", ".join(window.days))
+    layout = merge_layout(model)
+    result = profile_records(
+        spark,
+        window_records(spark, window, layout, options.half_life_days),
+        layout,
+        cdf_points=options.cdf_points,
+        with_row_counts=True,
+        with_id_counts=True,
+        max_reject_fraction=1.0,  # each day was held to its own limit
+        sketch=None,
+    )
+    days = [p.metadata for p in window.found]
+    metadata = StatsMetadata(
+        ds=ds,
+        created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        input_paths=tuple(str(p.path) for p in window.found),
+        input_format=model.input_format,
+        sample_fraction=days[0].sample_fraction,
+        sample_seed=days[0].sample_seed,
+        input_rows=result.input_rows,
+        rejected_rows=result.rejected_rows,
+        skipped_files=tuple(f for d in days for f in d.skipped_files),
+        ignored_files=tuple(f for d in days for f in d.ignored_files),
+        num_samples=result.num_samples,
+        hash_functions={t.name: t.hash for t in model.tables},
+        hash_seed=SEED,
+        cdf_points=options.cdf_points,
+        row_counts=True,
+        id_counts=True,
+        approximate=None,
+        spark_version=pyspark.__version__,
+        model=model.to_dict(),
+        model_digest=model.digest(),
+        pooling_outliers=pooling_outliers(result.tables["features"]),
+        window=WindowMetadata(window.days, window.missing, options.half_life_days),
+    )
+    target = publish_profile(spark, result, options.out, ds, metadata)
+    log.info("merged %d days (%d samples) -> %s", len(window.found), result.num_samples, target)
     return target
 
 

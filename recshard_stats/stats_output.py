@@ -90,6 +90,9 @@ def publish_profile(
                 .partitionBy("table")
                 .parquet(f"{tmp}/row_counts")
             )
+        if result.id_counts is not None:
+            log.info("writing per-id access counts")
+            result.id_counts.write.mode("error").parquet(f"{tmp}/id_counts")
         fs.write_text(f"{tmp}/metadata.json", json.dumps(to_plain(metadata), indent=2, sort_keys=True))
         fs.write_text(f"{tmp}/_SUCCESS", "")
         # Replace an earlier run of the same day: move it aside first so the target is never
