@@ -14,11 +14,13 @@ from collections.abc import Callable
 
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.options import (
+    DriftOptions,
     ProfileOptions,
     RemapOptions,
     ReplayOptions,
     SolveOptions,
     SparkOptions,
+    SyntheticDrift,
     WindowOptions,
     add_arguments,
     check_ds,
@@ -54,6 +56,10 @@ WINDOW_EXAMPLES = """examples:
   recshard solve --stats windows/ds=2026-12-07 --model conf/synthetic.yaml --hardware conf/hardware.yaml --out manifests
   spark-submit jobs/window_job.py --model ... --stats ... --out ... --ds ...
 """
+DRIFT_EXAMPLES = """examples:
+  recshard drift --day stats/ds=2026-12-08 --reference windows/ds=2026-12-07 --out drift.json
+  recshard drift ... --manifest manifests/published/ds=2026-12-07 --thresholds my_drift.yaml
+"""
 SOLVE_EXAMPLES = """examples:
   recshard solve --stats stats/ds=2026-12-01 --model conf/synthetic.yaml --hardware conf/hardware.yaml --out manifests
   recshard solve ... --solver glpk --time-limit 30 --mip-gap 0.02
@@ -68,7 +74,7 @@ EVALUATE_EXAMPLES = """examples:
   spark-submit jobs/replay_job.py --manifest manifests/ds=2026-12-01 --logs logs/ds=2026-12-02
 """
 RUN_EXAMPLES = """examples:
-  recshard run                                      # 200k samples/day into ./example_run
+  recshard run                                      # 2 days + a held-out day, 200k samples each, into ./example_run
   recshard run --samples 2000000 --solver highs --out /tmp/big_run
 """
 CALIBRATE_EXAMPLES = """examples:
@@ -152,6 +158,13 @@ def _window(args) -> None:
     print(merge_window(_spark(args, "recshard-window"), options, model))
 
 
+def _drift(args) -> None:
+    from recshard_stats.stages import check_drift
+
+    options = from_args(DriftOptions, args)
+    print(check_drift(_spark(args, "recshard-drift"), options))
+
+
 def _solve(args) -> None:
     from recshard_stats.solver.manifest_builder import solve_to_manifest
 
@@ -187,6 +200,7 @@ def _generate(args) -> None:
             seed=args.seed,
             chunk_rows=args.chunk_rows,
             processes=args.processes,
+            drift=from_args(SyntheticDrift, args),
         )
     )
 
@@ -256,45 +270,73 @@ def _run(args) -> None:
     from recshard_stats.atomic import check_output_root, output_lock
 
     ds = check_ds(args.ds)
+    if args.window_days < 1:
+        raise RecShardError(
+            Reason.CONFIG_INVALID, f"--window-days must be at least 1, got {args.window_days}"
+        )
     out = pathlib.Path(args.out)
     check_output_root(out, "--out")
     with output_lock(out / "_lock-run", f"recshard run --out {out}"):
         _run_stages(args, ds, out)
 
 
+# how the example's generated days drift (mildly: some hot ids cool, some ids are new each day)
+EXAMPLE_DRIFT = SyntheticDrift(hot_rotation=0.0002, new_ids=0.01)
+
+
 def _run_stages(args, ds: str, out: pathlib.Path) -> None:
+    import dataclasses
     import datetime
 
     from recshard_stats.generate import generate
     from recshard_stats.report import write_report
     from recshard_stats.solver.manifest_builder import solve_to_manifest
     from recshard_stats.spark_io import spark_session
-    from recshard_stats.stages import profile_logs, remap_manifest, replay_logs
+    from recshard_stats.stages import merge_window, profile_logs, remap_manifest, replay_logs
+    from recshard_stats.window import window_dates
 
+    days = window_dates(ds, args.window_days)
     held_out = (datetime.date.fromisoformat(ds) + datetime.timedelta(days=1)).isoformat()
-    steps = 6
-    print(f"[1/{steps}] generating {args.samples} samples for {ds} and {held_out}", flush=True)
+    steps = 7
+    print(
+        f"[1/{steps}] generating {args.samples} samples a day for {', '.join(days)} and {held_out}",
+        flush=True,
+    )
     logs = {
-        day: generate(args.spec, out / "logs" / f"ds={day}", args.samples, seed=seed)
-        for seed, day in enumerate((ds, held_out))
+        day: generate(
+            args.spec,
+            out / "logs" / f"ds={day}",
+            args.samples,
+            seed=index,
+            drift=dataclasses.replace(EXAMPLE_DRIFT, day=index),
+        )
+        for index, day in enumerate((*days, held_out))
     }
-    print(f"[2/{steps}] profiling {ds}", flush=True)
+    print(f"[2/{steps}] profiling {', '.join(days)}", flush=True)
     spark = spark_session("recshard-run")
-    stats = profile_logs(
+    for day in days:
+        profile_logs(
+            spark,
+            ProfileOptions(
+                model=args.spec, inputs=(str(logs[day]),), out=str(out / "stats"), ds=day, id_counts=True
+            ),
+        )
+    print(f"[3/{steps}] merging the {len(days)}-day window ending {ds}", flush=True)
+    stats = merge_window(
         spark,
-        ProfileOptions(
-            model=args.spec, inputs=(str(logs[ds]),), out=str(out / "stats"), ds=ds, row_counts=True
+        WindowOptions(
+            model=args.spec, stats=str(out / "stats"), out=str(out / "windows"), ds=ds, days=len(days)
         ),
     )
-    print(f"[3/{steps}] solving with {args.solver}", flush=True)
+    print(f"[4/{steps}] solving with {args.solver}", flush=True)
     manifest = solve_to_manifest(
         stats, args.spec, args.hardware, out / "manifests", ds, from_args(SolveOptions, args)
     ).parent
-    print(f"[4/{steps}] writing remap files", flush=True)
+    print(f"[5/{steps}] writing remap files", flush=True)
     remap_manifest(spark, RemapOptions(manifest=str(manifest), stats=str(stats)))
-    print(f"[5/{steps}] replaying the held-out day {held_out}", flush=True)
+    print(f"[6/{steps}] replaying the held-out day {held_out}", flush=True)
     replay_logs(spark, ReplayOptions(manifest=str(manifest), logs=(str(logs[held_out]),)))
-    print(f"[6/{steps}] writing the report", flush=True)
+    print(f"[7/{steps}] writing the report", flush=True)
     report = write_report(manifest, out / "report.html", stats)
     print(f"done: manifest {manifest / 'manifest.json'}, report {report}")
 
@@ -327,7 +369,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen = command(
         "generate",
         "write synthetic Parquet logs",
-        "example:\n  recshard generate --spec conf/synthetic.yaml --samples 10000000 --out logs",
+        "examples:\n  recshard generate --spec conf/synthetic.yaml --samples 10000000 --out logs\n"
+        "  recshard generate --spec conf/synthetic.yaml --samples 200000 --out logs/ds=2026-12-03 \\\n"
+        "      --seed 2 --day 2 --drift-hot-rotation 0.01 --drift-new-ids 0.05   # day 2 of a drifting series",
     )
     gen.add_argument(
         "--spec", default=str(CONF / "synthetic.yaml"), help="model config with synthetic blocks"
@@ -342,6 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"rows per Parquet file (default {DEFAULT_CHUNK_ROWS})",
     )
     gen.add_argument("--processes", type=int, default=None, help="worker processes (default: all cores)")
+    add_arguments(gen, SyntheticDrift)
     gen.set_defaults(func=_generate)
 
     spark_command(
@@ -354,6 +399,14 @@ def build_parser() -> argparse.ArgumentParser:
         WINDOW_EXAMPLES,
         WindowOptions,
         _window,
+    )
+
+    spark_command(
+        "drift",
+        "the newest day against the window before it, and the published plan on it (Spark)",
+        DRIFT_EXAMPLES,
+        DriftOptions,
+        _drift,
     )
 
     solve = command("solve", "solve the sharding MILP -> manifest.json", SOLVE_EXAMPLES)
@@ -485,8 +538,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = command(
         "run",
-        "the whole pipeline on generated logs: generate, profile, solve, remap, "
-        "evaluate on a held-out day, report",
+        "the whole pipeline on generated drifting days: generate, profile each day, merge "
+        "the window, solve, remap, evaluate on the next (held-out) day, report",
         RUN_EXAMPLES,
     )
     run.add_argument("--out", default="example_run", help="working directory (default: example_run)")
@@ -495,7 +548,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--samples", type=int, default=200_000, help="samples per generated day (default 200000)"
     )
-    run.add_argument("--ds", default="2026-12-01", help="the profiled day; the next day is held out")
+    run.add_argument(
+        "--ds",
+        default="2026-12-01",
+        help="the window's last day; the next day is held out (default 2026-12-01)",
+    )
+    run.add_argument(
+        "--window-days",
+        type=int,
+        default=2,
+        help="days profiled and merged into the plan's window (default 2)",
+    )
     add_arguments(run, SolveOptions, skip=("mip_gap", "cdf_segments", "symmetry_breaking"))
     run.set_defaults(func=_run)
     return parser

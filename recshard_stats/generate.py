@@ -10,7 +10,13 @@ feature has ``min(Geometric(1/pf_mean), pf_max)`` ids (single-hot: one); ids are
 from a bounded power law over ``cardinality`` ranks with exponent ``zipf`` (inverse-CDF of
 the continuous law, so memory does not grow with cardinality) and scrambled into
 64-bit-looking raw ids. Chunk ``i`` uses the generator ``default_rng([seed, i])``, so the
-output depends only on (spec, samples, seed, chunk size), not on the number of processes.
+output depends only on (spec, samples, seed, chunk size, drift), not on the number of processes.
+
+A drifting series (:class:`~recshard_stats.options.SyntheticDrift`): day N shifts each feature's
+rank -> id map by N * ``hot_rotation`` of its cardinality (yesterday's colder ids become hot),
+sends ``new_ids`` of its draws to ids of day N's own, moves coverage by N * ``coverage_trend``
+and scales the mean pooling factor by (1 + ``pooling_shift``) ** N. Day 0, or no drift, is the
+spec as written, draw for draw.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import pyarrow.parquet as pq
 from recshard_stats.atomic import building_dir
 from recshard_stats.config import ModelConfig, parse_model_config, read_config_file
 from recshard_stats.errors import Reason, RecShardError
+from recshard_stats.options import SyntheticDrift
 
 log = logging.getLogger(__name__)
 
@@ -110,16 +117,43 @@ def _strings(spec: FeatureSpec, ids: np.ndarray) -> pa.Array:
     return pc.binary_join_element_wise(f"{spec.name}_", pc.cast(pa.array(ids), pa.string()), "")
 
 
-def _column(rng: np.random.Generator, spec: FeatureSpec, index: int, rows: int) -> pa.Array:
+def drifted(spec: FeatureSpec, drift: SyntheticDrift) -> FeatureSpec:
+    """The feature's coverage and mean pooling factor on the drift's day."""
+    day = drift.day
+    return dataclasses.replace(
+        spec,
+        coverage=min(1.0, max(0.0, spec.coverage + day * drift.coverage_trend)),
+        pf_mean=max(1.0, spec.pf_mean * (1.0 + drift.pooling_shift) ** day) if spec.pf_mean > 1 else 1.0,
+    )
+
+
+def _draw_ids(
+    rng: np.random.Generator, spec: FeatureSpec, index: int, n: int, drift: SyntheticDrift
+) -> np.ndarray:
+    ranks = zipf_ranks(rng, n, spec.cardinality, spec.zipf)
+    shift = round(drift.day * drift.hot_rotation * spec.cardinality) % spec.cardinality
+    if shift:
+        ranks = (ranks - 1 + shift) % spec.cardinality + 1
+    if drift.day and drift.new_ids:
+        # ranks past the cardinality, in a block of the day's own: ids no other day draws
+        new = rng.random(n) < drift.new_ids
+        ranks = np.where(new, ranks + spec.cardinality * drift.day, ranks)
+    return raw_ids(ranks, index)
+
+
+def _column(
+    rng: np.random.Generator, spec: FeatureSpec, index: int, rows: int, drift: SyntheticDrift
+) -> pa.Array:
+    spec = drifted(spec, drift)
     present = rng.random(rows) < spec.coverage
     if not spec.type.startswith("array<"):
-        ids = raw_ids(zipf_ranks(rng, rows, spec.cardinality, spec.zipf), index)
+        ids = _draw_ids(rng, spec, index, rows, drift)
         if spec.type == "string":
             return pc.if_else(pa.array(present), _strings(spec, ids), pa.scalar(None, pa.string()))
         return pa.array(ids, mask=~present)
     sizes = np.where(present, np.minimum(rng.geometric(1.0 / spec.pf_mean, rows), spec.pf_max), 0)
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
-    ids = raw_ids(zipf_ranks(rng, int(offsets[-1]), spec.cardinality, spec.zipf), index)
+    ids = _draw_ids(rng, spec, index, int(offsets[-1]), drift)
     values = _strings(spec, ids) if spec.type == "array<string>" else pa.array(ids, pa.int64())
     # Absent multi-hot features are written half as null arrays, half as empty arrays.
     null = ~present & (rng.random(rows) < 0.5)
@@ -127,9 +161,9 @@ def _column(rng: np.random.Generator, spec: FeatureSpec, index: int, rows: int) 
 
 
 def _write_chunk(args) -> int:
-    specs, rows, seed, chunk, directory = args
+    specs, rows, seed, chunk, directory, drift = args
     rng = np.random.default_rng([seed, chunk])
-    table = pa.table({spec.name: _column(rng, spec, i, rows) for i, spec in enumerate(specs)})
+    table = pa.table({spec.name: _column(rng, spec, i, rows, drift) for i, spec in enumerate(specs)})
     pq.write_table(table, os.path.join(directory, f"part-{chunk:05d}.parquet"), compression="snappy")
     return rows
 
@@ -142,8 +176,10 @@ def generate(
     seed: int = 0,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     processes: int | None = None,
+    drift: SyntheticDrift | None = None,
 ) -> pathlib.Path:
-    """Write ``samples`` rows under ``out`` (replaced atomically, with a ``_SUCCESS`` marker)."""
+    """Write ``samples`` rows under ``out`` (replaced atomically, with a ``_SUCCESS`` marker);
+    ``drift``: which day of a drifting series."""
     if samples <= 0:
         raise RecShardError(Reason.CONFIG_INVALID, f"samples must be positive, got {samples}")
     _, specs = load_spec(spec_path)
@@ -157,7 +193,7 @@ def generate(
         )
     with building_dir(out) as tmp:
         jobs = [
-            (specs, min(chunk_rows, samples - start), seed, i, str(tmp))
+            (specs, min(chunk_rows, samples - start), seed, i, str(tmp), drift or SyntheticDrift())
             for i, start in enumerate(range(0, samples, chunk_rows))
         ]
         processes = processes or min(len(jobs), os.cpu_count() or 1)

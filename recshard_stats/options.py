@@ -99,6 +99,46 @@ class SparkOptions:
 
 
 @dataclasses.dataclass(frozen=True)
+class SyntheticDrift:
+    """How generated logs drift from day to day (``recshard generate --day N``): day 0 is the
+    spec itself; every setting is per day, so day N has N times the change."""
+
+    day: int = _opt(0, "which day of a drifting series to generate (0: the spec as written)")
+    hot_rotation: float = _opt(
+        0.0,
+        "share of each feature's cardinality by which its popularity ranks shift per day: the "
+        "hot ids of day N were colder ids on day 0",
+        flag="--drift-hot-rotation",
+    )
+    new_ids: float = _opt(
+        0.0,
+        "share of the draws of a day N >= 1 going to ids of that day alone (never drawn on other days)",
+        flag="--drift-new-ids",
+    )
+    coverage_trend: float = _opt(
+        0.0, "added to each feature's coverage per day (clipped to [0, 1])", flag="--drift-coverage"
+    )
+    pooling_shift: float = _opt(
+        0.0,
+        "relative change of each multi-hot feature's mean pooling factor per day (0.1: 10%% more "
+        "ids per sample each day)",
+        flag="--drift-pooling",
+    )
+
+    def __post_init__(self):
+        if self.day < 0:
+            raise _invalid(f"--day must be 0 or more, got {self.day}")
+        if not 0 <= self.hot_rotation <= 1:
+            raise _invalid(f"--drift-hot-rotation must be in [0, 1], got {self.hot_rotation}")
+        if not 0 <= self.new_ids <= 1:
+            raise _invalid(f"--drift-new-ids must be in [0, 1], got {self.new_ids}")
+        if not -1 <= self.coverage_trend <= 1:
+            raise _invalid(f"--drift-coverage must be in [-1, 1], got {self.coverage_trend}")
+        if not -1 < self.pooling_shift <= 10:
+            raise _invalid(f"--drift-pooling must be in (-1, 10], got {self.pooling_shift}")
+
+
+@dataclasses.dataclass(frozen=True)
 class ProfileOptions:
     model: str = _opt(help="model config (YAML/TOML): features, tables, input format")
     inputs: tuple[str, ...] = _opt(help="log files or directories (Parquet or Criteo TSV)", flag="--input")
@@ -205,6 +245,18 @@ class WindowOptions:
     @property
     def partition_ds(self) -> str:
         return self.ds or datetime.date.today().isoformat()
+
+
+@dataclasses.dataclass(frozen=True)
+class DriftOptions:
+    day: str = _opt(help="the newest day's stats partition (profiled with --id-counts)")
+    reference: str = _opt(help="what it is compared with: the window of the days before it (or one day)")
+    out: str = _opt(help="drift report to write (JSON)")
+    manifest: str | None = _opt(
+        None,
+        "the published plan (manifest.json or its directory, with remap files): how its HBM rows serve the day",
+    )
+    thresholds: str | None = _opt(None, "thresholds file (default: conf/drift.yaml shipped with recshard)")
 
 
 @dataclasses.dataclass(frozen=True)

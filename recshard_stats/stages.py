@@ -13,7 +13,7 @@ import pathlib
 import shutil
 
 from recshard_stats.errors import Reason, RecShardError
-from recshard_stats.options import ProfileOptions, RemapOptions, ReplayOptions, WindowOptions
+from recshard_stats.options import DriftOptions, ProfileOptions, RemapOptions, ReplayOptions, WindowOptions
 from recshard_stats.spark_io import (
     READ_SETTINGS,
     HadoopFS,
@@ -293,8 +293,6 @@ def remap_manifest(spark, options: RemapOptions) -> pathlib.Path:
 def replay_logs(spark, options: ReplayOptions) -> pathlib.Path:
     """``recshard evaluate``: replay held-out logs through a manifest's remap; the plans' measured
     cost beside the prediction, as ``evaluation.json``."""
-    from pyspark.sql import functions as F
-
     from recshard_stats.atomic import write_text_atomic
     from recshard_stats.manifest_loader import load_manifest
     from recshard_stats.profile_assembly import ProfileLayout
@@ -315,12 +313,7 @@ def replay_logs(spark, options: ReplayOptions) -> pathlib.Path:
             max_reject_fraction=options.max_reject_fraction,
         )
     try:
-        remap = None
-        for t in manifest.tables:
-            part = spark.read.parquet(local_uri(loaded.remap_path(t.name))).select(
-                F.lit(t.name).alias("table"), "row", "index"
-            )
-            remap = part if remap is None else remap.unionByName(part)
+        remap = remap_frame(spark, loaded)
         placement = spark.createDataFrame(
             placements(manifest), "plan string, table string, rows_hbm bigint, unseen_below bigint"
         )
@@ -336,4 +329,67 @@ def replay_logs(spark, options: ReplayOptions) -> pathlib.Path:
     out = pathlib.Path(options.out) if options.out else loaded.path.parent / EVALUATION_NAME
     write_text_atomic(out, json.dumps(to_plain(summary), indent=2) + "\n")
     print(format_summary(summary))
+    return out
+
+
+def remap_frame(spark, loaded):
+    """(table, row, index) of every table's remap file of a loaded manifest."""
+    from pyspark.sql import functions as F
+
+    remap = None
+    for t in loaded.manifest.tables:
+        part = spark.read.parquet(local_uri(loaded.remap_path(t.name))).select(
+            F.lit(t.name).alias("table"), "row", "index"
+        )
+        remap = part if remap is None else remap.unionByName(part)
+    return remap
+
+
+@with_spark_settings(READ_SETTINGS)
+def check_drift(spark, options: DriftOptions) -> pathlib.Path:
+    """``recshard drift``: the newest day against a reference partition, and how the published
+    plan's HBM rows serve the day -> ``drift.json`` (alerts logged)."""
+    from recshard_stats.atomic import write_text_atomic
+    from recshard_stats.config import ModelConfig
+    from recshard_stats.drift import DEFAULT_THRESHOLDS, compare, load_thresholds, new_ids, table_row_counts
+    from recshard_stats.manifest_loader import load_manifest
+    from recshard_stats.replay import RECSHARD, placements, tier_hits
+    from recshard_stats.stats_reader import check_profiled_with, load_stats
+    from recshard_stats.typed_json import to_plain
+
+    thresholds = load_thresholds(options.thresholds or DEFAULT_THRESHOLDS)
+    day, reference = load_stats(options.day), load_stats(options.reference)
+    for part in (day, reference):
+        if not part.metadata.id_counts:
+            raise RecShardError(
+                Reason.STATS_INVALID,
+                f"{part.path} has no per-id counts to compare",
+                fixes=("profile the day with --id-counts (a window partition has them)",),
+            )
+    model = ModelConfig.from_dict(day.metadata.model, f"{day.path}: metadata.json model")
+    check_profiled_with(reference, model)
+    day_ids = spark.read.parquet(local_uri(day.path / "id_counts"))
+    reference_ids = spark.read.parquet(local_uri(reference.path / "id_counts"))
+    id_drift = {r["feature"]: r.asDict() for r in new_ids(spark, day_ids, reference_ids).collect()}
+    hbm = predicted = None
+    if options.manifest:
+        loaded = load_manifest(options.manifest, model, require_remap=True)
+        placement = spark.createDataFrame(
+            [p for p in placements(loaded.manifest) if p[0] == RECSHARD],
+            "plan string, table string, rows_hbm bigint, unseen_below bigint",
+        )
+        rows = table_row_counts(spark, day_ids, model)
+        hbm = {
+            r["table"]: (r["accesses"], r["hbm_accesses"])
+            for r in tier_hits(rows, remap_frame(spark, loaded), placement, 1.0).collect()
+        }
+        predicted = {t.name: t.predicted_hbm_access_fraction for t in loaded.manifest.tables}
+    report = compare(
+        day, reference, id_drift, hbm, predicted, thresholds, str(loaded.path) if options.manifest else None
+    )
+    out = pathlib.Path(options.out)
+    write_text_atomic(out, json.dumps(to_plain(report), indent=2) + "\n")
+    for alert in report.alerts:
+        log.warning("drift: %s", alert)
+    log.info("drift of %s against %s: %d alerts -> %s", report.ds, reference.path, len(report.alerts), out)
     return out
