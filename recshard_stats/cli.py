@@ -208,7 +208,7 @@ def _generate(args) -> None:
 def _report(args) -> None:
     from recshard_stats.report import write_report
 
-    print(write_report(args.manifest, args.out, args.stats, args.evaluation))
+    print(write_report(args.manifest, args.out, args.stats, args.evaluation, args.drift))
 
 
 def _validate(args) -> None:
@@ -448,6 +448,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--evaluation",
         default=None,
         help="evaluation JSON (default: evaluation.json beside the manifest, if any)",
+    )
+    report.add_argument(
+        "--drift", default=None, help="drift report (default: drift.json beside the manifest, if any)"
     )
     report.add_argument("--out", required=True, help="HTML file to write")
     report.set_defaults(func=_report)

@@ -1,8 +1,10 @@
 """``recshard report``: one self-contained HTML page (figures embedded as PNG) for a plan.
 
 Figures: access CDFs per table (log rows), pooling-factor histograms, coverage and unused
-rows, per-GPU cost and HBM use of RecShard vs each baseline, and -- when an evaluation
-sits beside the manifest -- predicted vs replayed HBM hit rates. Needs matplotlib (the
+rows, per-GPU cost and HBM use of RecShard vs each baseline, -- when an evaluation
+sits beside the manifest -- predicted vs replayed HBM hit rates, and -- given a drift report
+(``recshard drift``) -- each feature's drift against its thresholds and the published plan's
+HBM share on the newest day, with the alerts. Needs matplotlib (the
 ``report`` extra); nothing is fetched at view time.
 """
 
@@ -16,6 +18,7 @@ import pathlib
 import numpy as np
 
 from recshard_stats.atomic import write_text_atomic
+from recshard_stats.drift import DRIFT_NAME, DriftReport, load_drift
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.manifest import Manifest
 from recshard_stats.manifest_loader import load_manifest
@@ -186,6 +189,65 @@ def fig_replay(evaluation: Evaluation):
     return fig
 
 
+def fig_drift_features(drift: DriftReport):
+    """Per feature, three drift measures against their thresholds (dashed)."""
+    import matplotlib.pyplot as plt
+
+    features = drift.features
+    y = np.arange(len(features))
+    fig, axes = plt.subplots(1, 3, figsize=(12, 0.25 * len(features) + 1.5), sharey=True)
+    panels = (
+        ("coverage change", [f.coverage_change for f in features], drift.thresholds.coverage_change),
+        (
+            "pooling-factor total variation",
+            [f.pooling_total_variation for f in features],
+            drift.thresholds.pooling_total_variation,
+        ),
+        (
+            "accesses to ids new to the reference",
+            [f.new_id_access_share for f in features],
+            drift.thresholds.new_id_access_share,
+        ),
+    )
+    for ax, (title, values, limit) in zip(axes, panels, strict=True):
+        beyond = [abs(v) > limit for v in values]
+        ax.barh(y, values, color=["#c44e52" if b else "#4c72b0" for b in beyond])
+        for x in (limit, -limit) if title == "coverage change" else (limit,):
+            ax.axvline(x, color="k", ls="--", lw=0.8)
+        ax.set_title(title, fontsize=9)
+    axes[0].set_yticks(y, [f.feature for f in features], fontsize=6)
+    fig.suptitle(
+        f"drift of {drift.ds} against {', '.join(drift.reference_days)} (red: beyond the threshold)",
+        fontsize=10,
+    )
+    return fig
+
+
+def fig_drift_tables(drift: DriftReport):
+    """Per table, the published plan's predicted HBM share beside the newest day's."""
+    import matplotlib.pyplot as plt
+
+    tables = [t for t in drift.tables if t.hbm_share is not None]
+    x = np.arange(len(tables))
+    fig, ax = plt.subplots(figsize=(11, 4))
+    ax.bar(
+        x - 0.2, [t.predicted_hbm_share or 0.0 for t in tables], 0.4, label="predicted by the published plan"
+    )
+    ax.bar(x + 0.2, [t.hbm_share or 0.0 for t in tables], 0.4, label=f"served on {drift.ds}")
+    ax.set_xticks(x, [t.table for t in tables], rotation=70, fontsize=6)
+    ax.set_ylabel("share of accesses served by HBM")
+    ax.legend(fontsize=7)
+    ax.set_title("the published plan's HBM rows on the newest day")
+    return fig
+
+
+def _drift_alerts(drift: DriftReport) -> str:
+    if not drift.alerts:
+        return f'<p id="drift-alerts">No drift beyond the thresholds ({html.escape(drift.ds)}).</p>'
+    items = "".join(f"<li>{html.escape(a)}</li>" for a in drift.alerts)
+    return f'<ul id="drift-alerts" class="warning">{items}</ul>'
+
+
 def _summary_table(manifest: Manifest, evaluation: Evaluation | None) -> str:
     """Every plan in our cost model (and replayed, when an evaluation is given), with TorchRec's
     rating of it where the manifest has one; a TorchRec plan that failed shows TorchRec's error."""
@@ -249,7 +311,7 @@ def _placement_table(manifest: Manifest) -> str:
     return f'<table id="placement">{head}{body}</table>'
 
 
-def render(manifest_path, stats_path=None, evaluation_path=None) -> str:
+def render(manifest_path, stats_path=None, evaluation_path=None, drift_path=None) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -274,6 +336,27 @@ def render(manifest_path, stats_path=None, evaluation_path=None) -> str:
     ]
     if evaluation:
         figures.append(("replay", fig_replay(evaluation)))
+    if drift_path is not None and not pathlib.Path(drift_path).is_file():
+        raise RecShardError(
+            Reason.INPUT_MISSING,
+            f"--drift {drift_path} does not exist",
+            fixes=("run `recshard drift` first, or leave --drift out",),
+        )
+    drift_path = pathlib.Path(drift_path or loaded.path.parent / DRIFT_NAME)
+    drift = load_drift(drift_path) if drift_path.is_file() else None
+    drift_html = ""
+    if drift:
+        drift_figures = [("drift_features", fig_drift_features(drift))]
+        if any(t.hbm_share is not None for t in drift.tables):
+            drift_figures.append(("drift_tables", fig_drift_tables(drift)))
+        drift_html = (
+            "<h2>Drift</h2>\n"
+            + _drift_alerts(drift)
+            + "\n".join(
+                f'<figure id="fig-{name}"><img alt="{name}" src="data:image/png;base64,{_png(fig)}"></figure>'
+                for name, fig in drift_figures
+            )
+        )
     plan = manifest.plan
     blocks = "\n".join(
         f'<figure id="fig-{name}"><img alt="{name}" src="data:image/png;base64,{_png(fig)}"></figure>'
@@ -290,14 +373,27 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}figure{{margin:1.
 <p id="summary">{len(manifest.tables)} tables on {manifest.num_gpus} GPUs; solver {html.escape(plan.solver)}
 ({html.escape(plan.status)}, plan from {html.escape(plan.source)}); slowest GPU
 <b>{plan.objective_ms:.4f} ms</b> per batch; lower bound {plan.lower_bound_ms:.4f} ms;
-gap <b>{plan.gap:.2%}</b>; {stats.metadata.num_samples} samples profiled; {cut} table(s) cut into column
-shards.{_skipped(stats.metadata)}</p>
+gap <b>{plan.gap:.2%}</b>; {stats.metadata.num_samples} samples profiled{_window(stats.metadata)}; {cut} table(s)
+cut into column shards.{_skipped(stats.metadata)}</p>
 {_summary_table(manifest, evaluation)}
 {blocks}
+{drift_html}
 <h2>Placement</h2>
 {_placement_table(manifest)}
 </body></html>
 """
+
+
+def _window(metadata: StatsMetadata) -> str:
+    window = metadata.window
+    if window is None:
+        return ""
+    text = f" over the {len(window.days)}-day window {html.escape(window.days[0])} .. {html.escape(window.days[-1])}"
+    if window.missing_days:
+        text += f" (no stats for {html.escape(', '.join(window.missing_days))})"
+    if window.half_life_days is not None:
+        text += f", half-life {window.half_life_days:g} days"
+    return text
 
 
 def _skipped(metadata: StatsMetadata) -> str:
@@ -320,5 +416,5 @@ def _skipped(metadata: StatsMetadata) -> str:
     return text
 
 
-def write_report(manifest_path, out, stats_path=None, evaluation_path=None) -> pathlib.Path:
-    return write_text_atomic(out, render(manifest_path, stats_path, evaluation_path))
+def write_report(manifest_path, out, stats_path=None, evaluation_path=None, drift_path=None) -> pathlib.Path:
+    return write_text_atomic(out, render(manifest_path, stats_path, evaluation_path, drift_path))

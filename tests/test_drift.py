@@ -130,3 +130,15 @@ def test_a_day_without_id_counts_is_named(drifted, tmp_path):
     plain = run_profile(spec, logs[2], tmp_path / "stats", "2026-12-03")
     with pytest.raises(RecShardError, match=r"ds=2026-12-03 has no per-id counts to compare"):
         check(plain, reference, tmp_path / "d.json")
+
+
+def test_the_report_shows_the_drift(drifted, tmp_path):
+    from recshard_stats.report import write_report
+
+    _, _, reference, newest, manifest, root = drifted
+    report = check(newest, reference, tmp_path / "drift.json", manifest=str(manifest))
+    page = write_report(manifest, tmp_path / "r.html", reference, None, tmp_path / "drift.json").read_text()
+    assert 'id="fig-drift_features"' in page and 'id="fig-drift_tables"' in page
+    assert page.count("<li>feature ") + page.count("<li>table ") == len(report.alerts) > 0
+    with pytest.raises(RecShardError, match=r"--drift .* does not exist"):
+        write_report(manifest, tmp_path / "r.html", reference, None, tmp_path / "none.json")
