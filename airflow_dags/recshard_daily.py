@@ -1,14 +1,25 @@
-"""recshard_daily: the day's logs -> stats -> plan -> remap -> validated, published manifest.
+"""recshard_daily: each day's logs -> stats -> the window of the last days -> drift -> a candidate
+plan -> remap -> replayed beside the published plan -> published only when faster -> report.
 
-    wait_for_logs -> profile (spark-submit) -> solve -> remap (spark-submit) -> validate -> publish
+    wait_for_logs -> profile -> window -> drift -> solve -> remap -> validate -> evaluate
+        -> publish -> report
 
 Keyed by ``{{ ds }}``: every task writes only that day's outputs, atomically, so a re-run
-replaces them cleanly; ``publish`` moves ``<manifests_root>/latest.json`` only to a manifest
-that loads and validates in full. Tasks pass paths through XCom, never data. Settings:
-``conf/airflow.yaml`` (or the file named by the environment variable RECSHARD_AIRFLOW_CONF);
-a Variable ``recshard_<key>`` overrides the file for every run of a deployment, and a run's own
-conf (``airflow dags trigger recshard_daily -c '{"solver": "highs"}'``) overrides both.
-Nothing heavy happens at import: one small YAML file is read.
+replaces them cleanly. ``profile`` keeps the day's per-id counts; ``window`` merges the last
+``window_days`` days (fewer at the start of a series); ``drift`` compares the day with the
+window that ended the day before and with the published plan (``<reports_root>/ds=<day>/
+drift.json``); the candidate is solved from the window; ``evaluate`` replays the day's logs
+through the candidate and the published plan; ``publish --compare`` moves
+``<manifests_root>/latest.json`` to the candidate only when it loads, validates and is faster
+by the margin (or nothing comparable is published), and writes ``decision.json`` beside it;
+``report`` writes ``<reports_root>/ds=<day>/report.html``. A backfill runs the days in date
+order (one run at a time), since each window reads the days before it. Tasks pass paths through
+XCom, never data.
+
+Settings: ``conf/airflow.yaml`` (or the file named by the environment variable
+RECSHARD_AIRFLOW_CONF); a Variable ``recshard_<key>`` overrides the file for every run of a
+deployment, and a run's own conf (``airflow dags trigger recshard_daily -c '{"solver":
+"highs"}'``) overrides both. Nothing heavy happens at import: one small YAML file is read.
 
 Every setting is a Param with a schema: a run's conf that breaks one (an unknown solver, a
 negative time limit, a path with a newline) is refused when the run is created. In the shell
@@ -34,7 +45,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULTS = yaml.safe_load(
     pathlib.Path(os.environ.get("RECSHARD_AIRFLOW_CONF", ROOT / "conf" / "airflow.yaml")).read_text()
 )
-PATHS = ("model", "hardware", "recshard", "pyspark_python", "py_files")
+PATHS = ("model", "hardware", "recshard", "pyspark_python", "py_files", "drift_thresholds")
 
 
 def _default(key: str):
@@ -53,6 +64,10 @@ SCHEMAS: dict[str, dict[str, object]] = {
     "logs_root": {**_PATH, "minLength": 1},
     "stats_root": {**_PATH, "minLength": 1},
     "manifests_root": {**_PATH, "minLength": 1},
+    "windows_root": {**_PATH, "minLength": 1},
+    "reports_root": {**_PATH, "minLength": 1},
+    "drift_thresholds": {**_PATH, "minLength": 1},
+    "window_days": {"type": "integer", "minimum": 1, "maximum": 366},
     "recshard": {**_PATH, "minLength": 1},
     "pyspark_python": {**_PATH, "minLength": 1},
     "py_files": _PATH,
@@ -94,6 +109,8 @@ class LogsLandedSensor(PythonSensor):
 
 
 STATS = setting("stats_root") + "/ds={{ ds }}"
+WINDOW = setting("windows_root") + "/ds={{ ds }}"
+REPORTS = setting("reports_root") + "/ds={{ ds }}"
 MANIFEST = "{{ ti.xcom_pull(task_ids='solve') }}"
 MANIFEST_QUOTED = "{{ ti.xcom_pull(task_ids='solve') | string | shell_quote }}"
 SPARK_CONF = {
@@ -152,6 +169,42 @@ with DAG(
             "--ds",
             "{{ ds }}",
             "--row-counts",
+            "--id-counts",
+        ],
+    )
+    window = spark_job(
+        "window",
+        "window",
+        [
+            "--model",
+            setting("model"),
+            "--stats",
+            setting("stats_root"),
+            "--out",
+            setting("windows_root"),
+            "--ds",
+            "{{ ds }}",
+            "--days",
+            setting("window_days"),
+            "--min-days",
+            "1",
+        ],
+    )
+    drift = spark_job(
+        "drift",
+        "drift",
+        [
+            "--day",
+            STATS,
+            "--reference",
+            setting("windows_root") + "/ds={{ macros.ds_add(ds, -1) }}",
+            "--missing-reference-ok",
+            "--published-root",
+            setting("manifests_root"),
+            "--thresholds",
+            setting("drift_thresholds"),
+            "--out",
+            REPORTS + "/drift.json",
         ],
     )
     solve = BashOperator(
@@ -159,7 +212,7 @@ with DAG(
         bash_command=(
             shell_setting("recshard")
             + " solve --stats "
-            + shell_setting("stats_root")
+            + shell_setting("windows_root")
             + "/ds={{ ds }} --model "
             + shell_setting("model")
             + " --hardware "
@@ -172,7 +225,7 @@ with DAG(
             + shell_setting("time_limit")
         ),
     )
-    remap = spark_job("remap", "remap", ["--manifest", MANIFEST, "--stats", STATS])
+    remap = spark_job("remap", "remap", ["--manifest", MANIFEST, "--stats", WINDOW])
     validate = BashOperator(
         task_id="validate",
         bash_command=shell_setting("recshard")
@@ -181,14 +234,50 @@ with DAG(
         + " --model "
         + shell_setting("model"),
     )
+    evaluate = spark_job(
+        "evaluate",
+        "replay",
+        [
+            "--manifest",
+            MANIFEST,
+            "--logs",
+            setting("logs_root") + "/ds={{ ds }}",
+            "--published-root",
+            setting("manifests_root"),
+        ],
+    )
     publish = BashOperator(
         task_id="publish",
         bash_command=shell_setting("recshard")
-        + " publish --manifest "
+        + " publish --compare --manifest "
         + MANIFEST_QUOTED
         + " --root "
         + shell_setting("manifests_root")
         + " --model "
         + shell_setting("model"),
     )
-    wait_for_logs >> profile >> solve >> remap >> validate >> publish
+    report = BashOperator(
+        task_id="report",
+        bash_command=shell_setting("recshard")
+        + " report --manifest "
+        + MANIFEST_QUOTED
+        + " --stats "
+        + shell_setting("windows_root")
+        + "/ds={{ ds }} --drift "
+        + shell_setting("reports_root")
+        + "/ds={{ ds }}/drift.json --out "
+        + shell_setting("reports_root")
+        + "/ds={{ ds }}/report.html",
+    )
+    (
+        wait_for_logs
+        >> profile
+        >> window
+        >> drift
+        >> solve
+        >> remap
+        >> validate
+        >> evaluate
+        >> publish
+        >> report
+    )

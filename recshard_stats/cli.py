@@ -223,14 +223,17 @@ def _validate(args) -> None:
 
 
 def _publish(args) -> None:
-    from recshard_stats.manifest_publisher import LATEST_NAME, publish_if_better
+    from recshard_stats.manifest_publisher import LATEST_NAME, beside_candidate, publish_if_better
 
+    evaluation, published_evaluation = args.evaluation, args.published_evaluation
+    if args.compare:
+        evaluation, published_evaluation = beside_candidate(args.manifest)
     decision = publish_if_better(
         args.root,
         args.manifest,
         args.model,
-        evaluation=args.evaluation,
-        published_evaluation=args.published_evaluation,
+        evaluation=evaluation,
+        published_evaluation=published_evaluation,
         margin=args.margin,
         force=args.force,
     )
@@ -469,7 +472,9 @@ def build_parser() -> argparse.ArgumentParser:
         "point <root>/latest.json at a manifest once it validates (and, given both evaluations, is faster)",
         "examples:\n  recshard publish --manifest manifests/ds=2026-12-01 --root manifests\n"
         "  recshard publish --manifest manifests/ds=2026-12-02 --root manifests \\\n"
-        "      --evaluation new.json --published-evaluation old.json   # only if 2% faster",
+        "      --evaluation new.json --published-evaluation old.json   # only if 2% faster\n"
+        "  recshard evaluate --manifest manifests/ds=2026-12-02 --logs logs/ds=2026-12-02 --published-root manifests\n"
+        "  recshard publish --manifest manifests/ds=2026-12-02 --root manifests --compare",
     )
     publish.add_argument("--manifest", required=True)
     publish.add_argument("--root", required=True, help="the directory holding latest.json")
@@ -488,6 +493,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=DEFAULT_MARGIN,
         help=f"how much faster the candidate must be (default {DEFAULT_MARGIN})",
+    )
+    publish.add_argument(
+        "--compare",
+        action="store_true",
+        help="compare with the evaluations `recshard evaluate --published-root` wrote beside the "
+        "candidate (evaluation.json, published_evaluation.json)",
     )
     publish.add_argument("--force", action="store_true", help="publish whatever the comparison says")
     publish.set_defaults(func=_publish)

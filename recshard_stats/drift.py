@@ -103,7 +103,7 @@ class DriftReport:
 
     ds: str
     day: str  # the newest day's stats partition
-    reference: str  # the reference partition (a window of earlier days, or one day)
+    reference: str | None  # the reference partition (a window of earlier days, or one day); None: none yet
     reference_days: tuple[str, ...]
     published_manifest: str | None
     thresholds: DriftThresholds
@@ -225,6 +225,11 @@ def compare(
         tables=tables,
         alerts=alerts(features, tables, thresholds),
     )
+
+
+def unmeasured(day: StatsPartition, thresholds: DriftThresholds) -> DriftReport:
+    """The report of a day with nothing to compare it with (the first of a series)."""
+    return DriftReport(day.metadata.ds, str(day.path), None, (), None, thresholds, (), (), ())
 
 
 def alerts(features, tables, thresholds: DriftThresholds) -> tuple[str, ...]:

@@ -128,6 +128,23 @@ def publish_latest(root: str | os.PathLike, manifest_path: str | os.PathLike, mo
         return _publish(root, loaded, model)
 
 
+def beside_candidate(manifest_path: str | os.PathLike) -> tuple[pathlib.Path, pathlib.Path]:
+    """The evaluations ``recshard evaluate --published-root`` leaves beside a candidate: its own
+    (which must exist) and the published plan's (absent when nothing comparable is published)."""
+    from recshard_stats.replay import EVALUATION_NAME, PUBLISHED_EVALUATION_NAME
+
+    path = pathlib.Path(manifest_path)
+    directory = path if path.is_dir() else path.parent
+    evaluation = directory / EVALUATION_NAME
+    if not evaluation.is_file():
+        raise RecShardError(
+            Reason.INPUT_MISSING,
+            f"--compare: {evaluation} does not exist",
+            fixes=(f"recshard evaluate --manifest {directory} --logs <newest logs> --published-root <root>",),
+        )
+    return evaluation, directory / PUBLISHED_EVALUATION_NAME
+
+
 def publish_if_better(
     root: str | os.PathLike,
     manifest_path: str | os.PathLike,
@@ -146,8 +163,12 @@ def publish_if_better(
     check_output_root(root, "--root")
     loaded = load_manifest(manifest_path, model, require_remap=True, require_checksum=True)
     candidate_evaluation = load_evaluation(pathlib.Path(evaluation)) if evaluation is not None else None
+    # absent when nothing comparable was published (nothing, or for another config): the
+    # decision then needs no figures, and says so when it does
     earlier_evaluation = (
-        load_evaluation(pathlib.Path(published_evaluation)) if published_evaluation is not None else None
+        load_evaluation(pathlib.Path(published_evaluation))
+        if published_evaluation is not None and pathlib.Path(published_evaluation).is_file()
+        else None
     )
     with output_lock(root / "_lock-publish", f"recshard publish of {loaded.manifest.ds}", wait_s=60):
         published, broken = None, None

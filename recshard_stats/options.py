@@ -257,6 +257,18 @@ class DriftOptions:
         "the published plan (manifest.json or its directory, with remap files): how its HBM rows serve the day",
     )
     thresholds: str | None = _opt(None, "thresholds file (default: conf/drift.yaml shipped with recshard)")
+    published_root: str | None = _opt(
+        None, "instead of --manifest: the plan published under this root (its latest.json), if any"
+    )
+    missing_reference_ok: bool = _opt(
+        False,
+        "when --reference does not exist (the first day of a series), write a report that says so "
+        "instead of failing",
+    )
+
+    def __post_init__(self):
+        if self.manifest is not None and self.published_root is not None:
+            raise _invalid("give --manifest or --published-root, not both")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -336,6 +348,12 @@ class ReplayOptions:
     out: str | None = _opt(None, "evaluation JSON (default: <manifest dir>/evaluation.json)")
     max_reject_fraction: float = _opt(
         DEFAULT_MAX_REJECT_FRACTION, "fail when more than this fraction of rows is rejected"
+    )
+    published_root: str | None = _opt(
+        None,
+        "also replay the logs through the manifest published under this root (its latest.json, "
+        "when one is published for the same model and hardware) into published_evaluation.json "
+        "beside --out: what `recshard publish` compares",
     )
 
 

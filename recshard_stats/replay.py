@@ -19,6 +19,7 @@ from recshard_stats.typed_json import DecodeError, from_plain
 from recshard_stats.units import MS_PER_S
 
 EVALUATION_NAME = "evaluation.json"
+PUBLISHED_EVALUATION_NAME = "published_evaluation.json"  # the published plan on the same logs
 
 
 @dataclasses.dataclass(frozen=True)

@@ -242,6 +242,8 @@ def fig_drift_tables(drift: DriftReport):
 
 
 def _drift_alerts(drift: DriftReport) -> str:
+    if drift.reference is None:
+        return f'<p id="drift-alerts">No reference before {html.escape(drift.ds)}: drift not measured.</p>'
     if not drift.alerts:
         return f'<p id="drift-alerts">No drift beyond the thresholds ({html.escape(drift.ds)}).</p>'
     items = "".join(f"<li>{html.escape(a)}</li>" for a in drift.alerts)
@@ -346,7 +348,7 @@ def render(manifest_path, stats_path=None, evaluation_path=None, drift_path=None
     drift = load_drift(drift_path) if drift_path.is_file() else None
     drift_html = ""
     if drift:
-        drift_figures = [("drift_features", fig_drift_features(drift))]
+        drift_figures = [("drift_features", fig_drift_features(drift))] if drift.features else []
         if any(t.hbm_share is not None for t in drift.tables):
             drift_figures.append(("drift_tables", fig_drift_tables(drift)))
         drift_html = (
@@ -375,6 +377,7 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}figure{{margin:1.
 <b>{plan.objective_ms:.4f} ms</b> per batch; lower bound {plan.lower_bound_ms:.4f} ms;
 gap <b>{plan.gap:.2%}</b>; {stats.metadata.num_samples} samples profiled{_window(stats.metadata)}; {cut} table(s)
 cut into column shards.{_skipped(stats.metadata)}</p>
+{_decision(loaded.path.parent)}
 {_summary_table(manifest, evaluation)}
 {blocks}
 {drift_html}
@@ -382,6 +385,26 @@ cut into column shards.{_skipped(stats.metadata)}</p>
 {_placement_table(manifest)}
 </body></html>
 """
+
+
+def _decision(directory: pathlib.Path) -> str:
+    """The publish decision beside the manifest (``recshard publish``), if it was made."""
+    import json
+
+    from recshard_stats.publish_decision import DECISION_NAME, PublishDecision
+    from recshard_stats.typed_json import DecodeError, from_plain
+
+    path = directory / DECISION_NAME
+    if not path.is_file():
+        return ""
+    try:
+        decision = from_plain(PublishDecision, json.loads(path.read_text()))
+    except (json.JSONDecodeError, DecodeError) as exc:
+        return f'<p id="decision" class="warning">{html.escape(str(path))} does not read: {html.escape(str(exc))}</p>'
+    verdict = (
+        "published" if decision.publish else f"not published; kept {html.escape(decision.published or '')}"
+    )
+    return f'<p id="decision">Publish decision: <b>{verdict}</b>: {html.escape(decision.reason)}.</p>'
 
 
 def _window(metadata: StatsMetadata) -> str:

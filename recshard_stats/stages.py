@@ -297,11 +297,19 @@ def replay_logs(spark, options: ReplayOptions) -> pathlib.Path:
     from recshard_stats.manifest_loader import load_manifest
     from recshard_stats.profile_assembly import ProfileLayout
     from recshard_stats.profiler import profile
-    from recshard_stats.replay import EVALUATION_NAME, format_summary, placements, summarize, tier_hits
+    from recshard_stats.replay import (
+        EVALUATION_NAME,
+        PUBLISHED_EVALUATION_NAME,
+        format_summary,
+        placements,
+        summarize,
+        tier_hits,
+    )
     from recshard_stats.typed_json import to_plain
 
     loaded = load_manifest(options.manifest, require_remap=True)
     manifest = loaded.manifest
+    published = _published_alike(options.published_root, manifest)
     logs = list(screen_inputs(spark, list(options.logs)).paths)
     with input_errors(spark, manifest.model.input_format, logs):
         counts = read_partial_counts(spark, manifest.model, logs)
@@ -312,24 +320,59 @@ def replay_logs(spark, options: ReplayOptions) -> pathlib.Path:
             with_row_counts=True,
             max_reject_fraction=options.max_reject_fraction,
         )
+    out = pathlib.Path(options.out) if options.out else loaded.path.parent / EVALUATION_NAME
+    plans = [(loaded, out)]
+    if published is not None:
+        plans.append((published, out.parent / PUBLISHED_EVALUATION_NAME))
+    elif options.published_root is not None:  # an earlier run's figures compare nothing now
+        (out.parent / PUBLISHED_EVALUATION_NAME).unlink(missing_ok=True)
     try:
-        remap = remap_frame(spark, loaded)
-        placement = spark.createDataFrame(
-            placements(manifest), "plan string, table string, rows_hbm bigint, unseen_below bigint"
-        )
-        hits = {
-            (r["plan"], r["table"]): r.asDict()
-            for r in tier_hits(
-                result.row_counts, remap, placement, manifest.hardware.batch_size / max(result.num_samples, 1)
-            ).collect()
-        }
+        for plan, target in plans:
+            placement = spark.createDataFrame(
+                placements(plan.manifest), "plan string, table string, rows_hbm bigint, unseen_below bigint"
+            )
+            hits = {
+                (r["plan"], r["table"]): r.asDict()
+                for r in tier_hits(
+                    result.row_counts,
+                    remap_frame(spark, plan),
+                    placement,
+                    manifest.hardware.batch_size / max(result.num_samples, 1),
+                ).collect()
+            }
+            summary = summarize(
+                plan.manifest, hits, result.num_samples, manifest_path=str(plan.path), logs=options.logs
+            )
+            write_text_atomic(target, json.dumps(to_plain(summary), indent=2) + "\n")
+            if plan is loaded:
+                print(format_summary(summary))
+            else:
+                print(
+                    f"the published plan {plan.path} on the same logs: {summary.plans['recshard'].max_cost_ms:.4f} ms"
+                )
     finally:
         result.release()
-    summary = summarize(manifest, hits, result.num_samples, manifest_path=str(loaded.path), logs=options.logs)
-    out = pathlib.Path(options.out) if options.out else loaded.path.parent / EVALUATION_NAME
-    write_text_atomic(out, json.dumps(to_plain(summary), indent=2) + "\n")
-    print(format_summary(summary))
     return out
+
+
+def _published_alike(root, manifest):
+    """The manifest published under ``root`` when it was made for the same model and hardware
+    (else None: the publish decision replaces it without a comparison)."""
+    from recshard_stats.manifest_loader import load_manifest
+    from recshard_stats.manifest_publisher import LATEST_NAME, load_latest
+
+    if root is None or not (pathlib.Path(root) / LATEST_NAME).is_file():
+        return None
+    try:
+        published = load_latest(root)
+    except RecShardError as exc:
+        log.warning("the published plan does not load (%s): not replayed", exc.message)
+        return None
+    now, then = manifest.inputs, published.manifest.inputs
+    if (now.model_digest, now.hardware_digest) != (then.model_digest, then.hardware_digest):
+        log.info("the published plan was made for another model or hardware config: not replayed")
+        return None
+    return load_manifest(published.path, require_remap=True)
 
 
 def remap_frame(spark, loaded):
@@ -351,14 +394,32 @@ def check_drift(spark, options: DriftOptions) -> pathlib.Path:
     plan's HBM rows serve the day -> ``drift.json`` (alerts logged)."""
     from recshard_stats.atomic import write_text_atomic
     from recshard_stats.config import ModelConfig
-    from recshard_stats.drift import DEFAULT_THRESHOLDS, compare, load_thresholds, new_ids, table_row_counts
+    from recshard_stats.drift import (
+        DEFAULT_THRESHOLDS,
+        compare,
+        load_thresholds,
+        new_ids,
+        table_row_counts,
+        unmeasured,
+    )
     from recshard_stats.manifest_loader import load_manifest
+    from recshard_stats.manifest_publisher import LATEST_NAME, load_latest
     from recshard_stats.replay import RECSHARD, placements, tier_hits
     from recshard_stats.stats_reader import check_profiled_with, load_stats
     from recshard_stats.typed_json import to_plain
 
     thresholds = load_thresholds(options.thresholds or DEFAULT_THRESHOLDS)
-    day, reference = load_stats(options.day), load_stats(options.reference)
+    out = pathlib.Path(options.out)
+    day = load_stats(options.day)
+    if options.missing_reference_ok and not (pathlib.Path(options.reference) / "_SUCCESS").is_file():
+        log.info(
+            "drift of %s: no reference at %s (the first day?): nothing compared",
+            day.metadata.ds,
+            options.reference,
+        )
+        write_text_atomic(out, json.dumps(to_plain(unmeasured(day, thresholds)), indent=2) + "\n")
+        return out
+    reference = load_stats(options.reference)
     for part in (day, reference):
         if not part.metadata.id_counts:
             raise RecShardError(
@@ -371,9 +432,15 @@ def check_drift(spark, options: DriftOptions) -> pathlib.Path:
     day_ids = spark.read.parquet(local_uri(day.path / "id_counts"))
     reference_ids = spark.read.parquet(local_uri(reference.path / "id_counts"))
     id_drift = {r["feature"]: r.asDict() for r in new_ids(spark, day_ids, reference_ids).collect()}
-    hbm = predicted = None
-    if options.manifest:
+    hbm = predicted = loaded = None
+    if options.published_root is not None and (pathlib.Path(options.published_root) / LATEST_NAME).is_file():
+        loaded = load_latest(options.published_root)
+    elif options.manifest:
         loaded = load_manifest(options.manifest, model, require_remap=True)
+    if loaded is not None and {t.name for t in loaded.manifest.tables} != {t.name for t in model.tables}:
+        log.warning("drift: the published plan %s has other tables than the day: not replayed", loaded.path)
+        loaded = None
+    if loaded is not None:
         placement = spark.createDataFrame(
             [p for p in placements(loaded.manifest) if p[0] == RECSHARD],
             "plan string, table string, rows_hbm bigint, unseen_below bigint",
@@ -385,9 +452,8 @@ def check_drift(spark, options: DriftOptions) -> pathlib.Path:
         }
         predicted = {t.name: t.predicted_hbm_access_fraction for t in loaded.manifest.tables}
     report = compare(
-        day, reference, id_drift, hbm, predicted, thresholds, str(loaded.path) if options.manifest else None
+        day, reference, id_drift, hbm, predicted, thresholds, str(loaded.path) if loaded is not None else None
     )
-    out = pathlib.Path(options.out)
     write_text_atomic(out, json.dumps(to_plain(report), indent=2) + "\n")
     for alert in report.alerts:
         log.warning("drift: %s", alert)

@@ -9,14 +9,17 @@ import subprocess
 import pytest
 import yaml
 
+from recshard_stats.drift import load_drift
 from recshard_stats.generate import generate
 from recshard_stats.manifest_publisher import load_latest
+from recshard_stats.options import SyntheticDrift
+from recshard_stats.stats_reader import load_stats
 from tests.conftest import ROOT
 
 AIRFLOW_PY = ROOT / ".venv-airflow" / "bin" / "python"
 AIRFLOW = ROOT / ".venv-airflow" / "bin" / "airflow"
 pytestmark = [
-    pytest.mark.slow,  # Airflow's own venv, db migrate and two `dags test` runs: minutes
+    pytest.mark.slow,  # Airflow's own venv, db migrate and four `dags test` runs: minutes
     pytest.mark.skipif(not AIRFLOW.exists(), reason="no .venv-airflow: run scripts/setup.sh"),
 ]
 
@@ -48,6 +51,8 @@ def airflow_env(tmp_path_factory):
         # a Variable overrides the file's setting
         "AIRFLOW_VAR_RECSHARD_STATS_ROOT": str(data / "stats"),
         "AIRFLOW_VAR_RECSHARD_MANIFESTS_ROOT": str(data / "manifests"),
+        "AIRFLOW_VAR_RECSHARD_WINDOWS_ROOT": str(data / "windows"),
+        "AIRFLOW_VAR_RECSHARD_REPORTS_ROOT": str(data / "reports"),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
         "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}",
     }
@@ -69,14 +74,19 @@ def test_dagbag_imports_with_expected_graph(airflow_env):
     )
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["errors"] == {}
-    assert result["edges"] == {
-        "wait_for_logs": ["profile"],
-        "profile": ["solve"],
-        "solve": ["remap"],
-        "remap": ["validate"],
-        "validate": ["publish"],
-        "publish": [],
-    }
+    order = (
+        "wait_for_logs",
+        "profile",
+        "window",
+        "drift",
+        "solve",
+        "remap",
+        "validate",
+        "evaluate",
+        "publish",
+        "report",
+    )
+    assert result["edges"] == {task: list(order[i + 1 : i + 2]) for i, task in enumerate(order)}
     assert result["retries"] == 0
 
 
@@ -101,49 +111,93 @@ def test_the_sensors_timeout_names_the_marker_it_waited_for(airflow_env, tmp_pat
     assert last.endswith(f"{marker} never appeared: the day's logs have not landed")
 
 
-def test_dags_test_publishes_a_validated_manifest(airflow_env):
-    env, data = airflow_env
-    generate(ROOT / "conf" / "synthetic.yaml", data / "logs" / "ds=2026-12-01", 30_000, seed=3, processes=1)
+def _dags_test(env, ds: str) -> str:
     run = subprocess.run(
-        [str(AIRFLOW), "dags", "test", "recshard_daily", "2026-12-01"],
+        [str(AIRFLOW), "dags", "test", "recshard_daily", ds],
         env=env,
         capture_output=True,
         text=True,
         timeout=900,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    for task in ("wait_for_logs", "profile", "solve", "remap", "validate", "publish"):
-        assert f"end task task_id={task}" in run.stdout + run.stderr
-    manifest = load_latest(data / "manifests", model=ROOT / "conf" / "synthetic.yaml")
-    assert manifest.path.parent.name.startswith("ds=2026-12-01-")  # the published snapshot
-    assert manifest.path.read_bytes() == (data / "manifests" / "ds=2026-12-01" / "manifest.json").read_bytes()
-    assert manifest.manifest.ds == "2026-12-01"
-    assert (
-        json.loads((data / "stats" / "ds=2026-12-01" / "metadata.json").read_text())["num_samples"] == 30_000
-    )
-    assert all(t.remap is not None for t in manifest.manifest.tables)
-    # idempotent: a re-run of the day replaces its outputs and publishes again
-    first = (data / "manifests" / "latest.json").read_text()
-    rerun = subprocess.run(
-        [str(AIRFLOW), "dags", "test", "recshard_daily", "2026-12-01"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert rerun.returncode == 0, rerun.stdout[-3000:]
-    assert (
-        json.loads((data / "manifests" / "latest.json").read_text())["sha256"] != json.loads(first)["sha256"]
-    )
+    return run.stdout + run.stderr
+
+
+DAYS = ("2026-12-01", "2026-12-02", "2026-12-03")
+
+
+def test_three_drifting_days_publish_only_a_faster_plan(airflow_env):
+    """`airflow dags test` over three generated days that drift (coverage falls 0.1 a day, new
+    ids, hot ids rotate), in date order, then a re-run of the last: each day is profiled,
+    merged into its window, compared with the window before it, planned, replayed beside the
+    published plan and published only when faster by the margin."""
+    env, data = airflow_env
+    spec = ROOT / "conf" / "synthetic.yaml"
+    for day, ds in enumerate(DAYS):
+        series = SyntheticDrift(day=day, hot_rotation=0.002, new_ids=0.05, coverage_trend=-0.1)
+        generate(spec, data / "logs" / f"ds={ds}", 30_000, seed=3 + day, processes=1, drift=series)
+    published: list[str] = []
+    for i, ds in enumerate(DAYS):
+        out = _dags_test(env, ds)
+        for task in (
+            "wait_for_logs",
+            "profile",
+            "window",
+            "drift",
+            "solve",
+            "remap",
+            "validate",
+            "evaluate",
+            "publish",
+            "report",
+        ):
+            assert f"end task task_id={task}" in out, task
+        decision = json.loads((data / "manifests" / f"ds={ds}" / "decision.json").read_text())
+        drift = load_drift(data / "reports" / f"ds={ds}" / "drift.json")
+        window = load_stats(data / "windows" / f"ds={ds}")
+        assert window.metadata.window.days == DAYS[: i + 1] and window.metadata.num_samples == 30_000 * (
+            i + 1
+        )
+        assert (data / "reports" / f"ds={ds}" / "report.html").is_file()
+        if i == 0:
+            assert decision["publish"] and decision["reason"] == "nothing is published yet"
+            assert drift.reference is None
+        else:
+            # both plans replayed on the day's logs; published only when 2% faster
+            new, old = decision["candidate_ms"], decision["published_ms"]
+            assert new > 0 and old > 0 and decision["logs"] == [str(data / "logs" / f"ds={ds}")]
+            assert decision["publish"] == (new <= old * (1 - 0.02)), decision
+            assert decision["published"].startswith(
+                str(data / "manifests" / "published" / f"ds={published[-1]}-")
+            )
+            assert drift.reference == str(data / "windows" / f"ds={DAYS[i - 1]}")
+            assert any("coverage" in a for a in drift.alerts), drift.alerts
+            assert all(t.hbm_accesses is not None for t in drift.tables)
+        if decision["publish"]:
+            published.append(ds)
+        latest = load_latest(data / "manifests", model=spec)
+        assert latest.manifest.ds == published[-1]
+        assert (
+            latest.path.read_bytes()
+            == (data / "manifests" / f"ds={published[-1]}" / "manifest.json").read_bytes()
+        )
+        assert all(t.remap is not None for t in latest.manifest.tables)
+    # idempotent: a re-run of the last day replaces its outputs and decides again
+    _dags_test(env, DAYS[-1])
+    assert load_stats(data / "windows" / f"ds={DAYS[-1]}").metadata.window.days == DAYS
     load_latest(data / "manifests")
     # no temp copy left; the lock files stay (an OS lock on them is what is held, never the file)
-    assert sorted(p.name for p in (data / "manifests").iterdir()) == [
-        "_lock-ds=2026-12-01",
-        "_lock-publish",
-        "ds=2026-12-01",
-        "latest.json",
-        "published",
-    ]
+    names = sorted(p.name for p in (data / "manifests").iterdir())
+    assert names == sorted(
+        [
+            *(f"_lock-ds={d}" for d in DAYS),
+            "_lock-publish",
+            *(f"ds={d}" for d in DAYS),
+            "latest.json",
+            "published",
+        ]
+    )
+    assert not [p for p in (data / "windows").iterdir() if p.name.startswith("_tmp")]
 
 
 def test_a_runs_conf_beats_a_variable_which_beats_the_file(airflow_env):

@@ -135,10 +135,29 @@ def test_a_day_without_id_counts_is_named(drifted, tmp_path):
 def test_the_report_shows_the_drift(drifted, tmp_path):
     from recshard_stats.report import write_report
 
-    _, _, reference, newest, manifest, root = drifted
+    _, _, reference, newest, manifest, _ = drifted
     report = check(newest, reference, tmp_path / "drift.json", manifest=str(manifest))
     page = write_report(manifest, tmp_path / "r.html", reference, None, tmp_path / "drift.json").read_text()
     assert 'id="fig-drift_features"' in page and 'id="fig-drift_tables"' in page
     assert page.count("<li>feature ") + page.count("<li>table ") == len(report.alerts) > 0
     with pytest.raises(RecShardError, match=r"--drift .* does not exist"):
         write_report(manifest, tmp_path / "r.html", reference, None, tmp_path / "none.json")
+
+
+def test_the_published_plan_and_a_first_day(drifted, tmp_path):
+    """--published-root: the plan latest.json points to (as --manifest gives it); a first day
+    (no reference yet) with --missing-reference-ok: a report that says nothing was compared."""
+    from recshard_stats.manifest_publisher import publish_latest
+
+    _, _, reference, newest, manifest, _ = drifted
+    root = tmp_path / "published"
+    none_yet = check(newest, reference, tmp_path / "a.json", published_root=str(root))
+    assert none_yet.published_manifest is None and all(t.hbm_accesses is None for t in none_yet.tables)
+    publish_latest(root, manifest)
+    by_root = check(newest, reference, tmp_path / "b.json", published_root=str(root))
+    by_path = check(newest, reference, tmp_path / "c.json", manifest=str(manifest))
+    assert by_root.tables == by_path.tables and by_root.published_manifest.startswith(str(root))
+    first = check(newest, tmp_path / "nowhere", tmp_path / "d.json", missing_reference_ok=True)
+    assert first.reference is None and first.features == () and first.alerts == ()
+    with pytest.raises(RecShardError, match=r"nowhere is not a complete stats partition"):
+        check(newest, tmp_path / "nowhere", tmp_path / "d.json")

@@ -375,6 +375,13 @@ def test_publish_replaces_the_published_plan_only_when_the_candidate_is_faster(p
         for p in (candidate_eval, published_eval)
     ]
     assert replayed[0] == pytest.approx(replayed[1], rel=1e-12)
+    # one replay of the logs through the candidate and the plan published under the root
+    both = replay_logs(
+        spark, ReplayOptions(str(second), (day2,), out=str(tmp_path / "both.json"), published_root=str(root))
+    )
+    beside = json.loads((both.parent / "published_evaluation.json").read_text())
+    assert beside["manifest"] == str(snapshot / "manifest.json")
+    assert beside["plans"]["recshard"]["max_cost_ms"] == pytest.approx(replayed[1], rel=1e-12)
     capsys.readouterr()  # the replays' summaries
     compare = [
         str(second),
@@ -406,6 +413,9 @@ def test_publish_replaces_the_published_plan_only_when_the_candidate_is_faster(p
 
     # the evaluations must be of these two manifests, on the same logs, both or neither
     assert cli.main([*publish, str(second), "--evaluation", str(candidate_eval)]) == 2
+    assert "--published-evaluation is missing" in capsys.readouterr().err
+    absent = ["--published-evaluation", str(tmp_path / "none.json")]
+    assert cli.main([*publish, str(second), "--evaluation", str(candidate_eval), *absent]) == 2
     assert "--published-evaluation is missing" in capsys.readouterr().err
     swapped = [
         str(second),
