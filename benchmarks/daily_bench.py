@@ -170,12 +170,12 @@ def main() -> None:
             f"{day.next_in_service_ms or 0:>16.4f} {day.next_every_day_ms or 0:>15.4f} {day.alerts:>6} "
             f"{day.seconds:>5.0f}"
         )
-    served = sum(d.next_in_service_ms or 0 for d in days)
-    every = sum(d.next_every_day_ms or 0 for d in days)
+    served = sum(d.next_in_service_ms or 0.0 for d in days)
+    replanned = sum(d.next_every_day_ms or 0.0 for d in days)
     print(
         f"published {sum(d.published for d in days)} of {len(days)} plans; over the {len(days)} next days "
-        f"the plans in service replay at {served:.4f} ms in all, publishing every plan {every:.4f} ms: "
-        f"{served - every:+.4f} ms ({served / every - 1:+.2%}) lost by keeping plans"
+        f"the plans in service replay at {served:.4f} ms in all, publishing every plan {replanned:.4f} ms: "
+        f"{served - replanned:+.4f} ms ({served / replanned - 1:+.2%}) lost by keeping plans"
     )
 
 
