@@ -12,7 +12,9 @@ drift.json``); the candidate is solved from the window; ``evaluate`` replays the
 through the candidate and the published plan; ``publish --compare`` moves
 ``<manifests_root>/latest.json`` to the candidate only when it loads, validates and is faster
 by the margin (or nothing comparable is published), and writes ``decision.json`` beside it;
-``report`` writes ``<reports_root>/ds=<day>/report.html``. A backfill runs the days in date
+``report`` writes ``<reports_root>/ds=<day>/report.html``. Each candidate records its diff
+against the published plan (``solve --previous``: tables that change GPU, rows entering and
+leaving HBM), what a trainer moves to apply it. A backfill runs the days in date
 order (one run at a time), since each window reads the days before it. Tasks pass paths through
 XCom, never data.
 
@@ -218,6 +220,8 @@ with DAG(
             + " --hardware "
             + shell_setting("hardware")
             + " --out "
+            + shell_setting("manifests_root")
+            + " --previous "
             + shell_setting("manifests_root")
             + " --ds {{ ds }} --solver "
             + shell_setting("solver")

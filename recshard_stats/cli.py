@@ -63,6 +63,7 @@ DRIFT_EXAMPLES = """examples:
 SOLVE_EXAMPLES = """examples:
   recshard solve --stats stats/ds=2026-12-01 --model conf/synthetic.yaml --hardware conf/hardware.yaml --out manifests
   recshard solve ... --solver glpk --time-limit 30 --mip-gap 0.02
+  recshard solve ... --previous manifests --max-moved-gib 2   # at most 2 GiB of tables change GPU
 """
 REMAP_EXAMPLES = """examples:
   recshard remap --manifest manifests/ds=2026-12-01 --stats stats/ds=2026-12-01
@@ -170,7 +171,13 @@ def _solve(args) -> None:
 
     print(
         solve_to_manifest(
-            args.stats, args.model, args.hardware, args.out, args.ds, from_args(SolveOptions, args)
+            args.stats,
+            args.model,
+            args.hardware,
+            args.out,
+            args.ds,
+            from_args(SolveOptions, args),
+            previous=args.previous,
         )
     )
 
@@ -420,6 +427,12 @@ def build_parser() -> argparse.ArgumentParser:
     solve.add_argument(
         "--ds", default=None, help="partition date YYYY-MM-DD (default: the stats partition's)"
     )
+    solve.add_argument(
+        "--previous",
+        default=None,
+        help="the plan in service (a manifest, its directory, or a root holding latest.json): the manifest "
+        "records its diff against it (tables moved, HBM rows changed), and --max-moved-gib caps the moves",
+    )
     add_arguments(solve, SolveOptions)
     solve.set_defaults(func=_solve)
 
@@ -573,7 +586,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=2,
         help="days profiled and merged into the plan's window (default 2)",
     )
-    add_arguments(run, SolveOptions, skip=("mip_gap", "cdf_segments", "symmetry_breaking"))
+    add_arguments(run, SolveOptions, skip=("mip_gap", "cdf_segments", "symmetry_breaking", "max_moved_gib"))
     run.set_defaults(func=_run)
     return parser
 

@@ -36,7 +36,7 @@ from recshard_stats.config import NAME_PATTERN, RESERVED_SUFFIXES, HardwareConfi
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.typed_json import DecodeError, from_plain, to_plain
 
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 MAX_HASH_SIZE = 2**63 - 1  # rows are addressed by int64 ids (TorchRec, FBGEMM)
 HBM, UVM = 0, 1  # a row's tier, as ManifestFile.remap returns it
 KIND = "recshard-manifest"
@@ -66,6 +66,7 @@ class PlanSource(enum.StrEnum):
     KERNEL_GROUPS = "kernel_groups"  # rearranged with the kernel calls' costs counted
     START = "start"  # the cheapest start: the balanced plan, LPT or a baseline's assignment, split exactly
     BASELINE = "baseline"  # a whole-table baseline as it is
+    RESTRAINED = "restrained"  # the best plan with table moves taken back to stay within max_moved_gib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +83,7 @@ class SolverSettings:
     torchrec_baselines: bool
     torchrec_timeout_s: int
     hit_estimate: str  # held_out or in_sample: what the plan was chosen with
+    max_moved_gib: float | None = None  # most GiB of tables that may change GPU against the previous plan
 
     def __post_init__(self):
         if not self.time_limit_s > 0 or not 0 <= self.mip_gap < 1 or self.cdf_segments < 1:
@@ -249,6 +251,34 @@ class PlanSummary:
 
 
 @dataclasses.dataclass(frozen=True)
+class TableChange:
+    """How one table's placement changed against the previous plan."""
+
+    name: str
+    previous_ranks: tuple[int, ...]  # (): the previous plan had no such table
+    ranks: tuple[int, ...]
+    moved_bytes: int  # of its parameters, those that change GPU (a column shard moved: its columns)
+    previous_rows_hbm: int
+    rows_hbm: int
+    # set by remap: its rows in HBM now and in host memory before, and the other way round
+    # (None: not counted yet, or the table too large to count)
+    rows_entering_hbm: int | None = None
+    rows_leaving_hbm: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanDiff:
+    """The plan against the one published when it was solved (``recshard solve --previous``):
+    what a trainer moves to apply it. ``tables``: those whose ranks or HBM rows changed."""
+
+    previous: str  # the previous manifest.json, where it was read
+    previous_sha256: str
+    previous_ds: str
+    moved_bytes: int  # tables' parameters that change GPU, in all
+    tables: tuple[TableChange, ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class ManifestInputs:
     """What the plan was computed from; ``digest`` covers all but the stats path."""
 
@@ -274,6 +304,7 @@ class Manifest:
     plan: PlanSummary
     gpus: tuple[GpuPlacement, ...]
     tables: tuple[TablePlacement, ...]
+    diff: PlanDiff | None = None  # against the previous plan, when solved with one
     schema_version: str = SCHEMA_VERSION
     kind: str = KIND
 
@@ -385,6 +416,24 @@ class Manifest:
 _EPS = 1e-9
 
 
+def _check_diff(m: Manifest, diff: PlanDiff) -> None:
+    """A diff names tables of this plan, at their ranks and HBM rows, and its moves add up."""
+    names = {t.name: t for t in m.tables}
+    for change in diff.tables:
+        t = names.get(change.name)
+        if t is None or change.ranks != t.ranks or change.rows_hbm != t.rows_hbm:
+            raise invalid_manifest(
+                f"diff: table {change.name!r} at ranks {change.ranks} with {change.rows_hbm} HBM rows, the plan "
+                + (f"at {t.ranks} with {t.rows_hbm}" if t else "has no such table")
+            )
+        if change.moved_bytes < 0:
+            raise invalid_manifest(f"diff: table {change.name!r} moves {change.moved_bytes} bytes")
+    if diff.moved_bytes != sum(c.moved_bytes for c in diff.tables):
+        raise invalid_manifest(
+            f"diff: moved_bytes {diff.moved_bytes}, its tables' sum to {sum(c.moved_bytes for c in diff.tables)}"
+        )
+
+
 def _check_consistency(m: Manifest) -> None:
     """Everything a manifest's numbers must agree on; the first disagreement is the error."""
     if m.kind != KIND or m.schema_version != SCHEMA_VERSION:
@@ -393,6 +442,8 @@ def _check_consistency(m: Manifest) -> None:
         )
     if not m.tables or not m.gpus:
         raise invalid_manifest("a manifest needs at least one table and one GPU")
+    if m.diff is not None:
+        _check_diff(m, m.diff)
     names = [t.name for t in m.tables]
     if len(set(names)) != len(names):
         raise invalid_manifest(
@@ -706,8 +757,18 @@ def _from_v3(data: dict) -> dict:
     return out
 
 
+def _from_v4(data: dict) -> dict:
+    """Version 4 -> 5: a plan may carry its diff against the previous plan and the cap on moves
+    it was solved under; a version-4 plan has neither."""
+    out = {**data, "schema_version": "5"}
+    inputs = data.get("inputs")
+    if isinstance(inputs, dict) and isinstance(inputs.get("solver_settings"), dict):
+        out["inputs"] = {**inputs, "solver_settings": {"max_moved_gib": None, **inputs["solver_settings"]}}
+    return {"diff": None, **out}
+
+
 # version -> the function that brings a document of that version one version up
-_UPGRADES: dict[str, Callable[[dict], dict]] = {"1": _from_v1, "2": _from_v2, "3": _from_v3}
+_UPGRADES: dict[str, Callable[[dict], dict]] = {"1": _from_v1, "2": _from_v2, "3": _from_v3, "4": _from_v4}
 READABLE_VERSIONS = (*_UPGRADES, SCHEMA_VERSION)
 
 

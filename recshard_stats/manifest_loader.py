@@ -24,9 +24,18 @@ import numpy as np
 
 from recshard_stats.config import ModelConfig
 from recshard_stats.errors import Reason, RecShardError
-from recshard_stats.manifest import HBM, UVM, Manifest, TablePlacement, invalid_manifest
+from recshard_stats.manifest import (
+    HBM,
+    UVM,
+    Manifest,
+    PlanDiff,
+    TableChange,
+    TablePlacement,
+    invalid_manifest,
+)
 
 MANIFEST_NAME = "manifest.json"
+MAX_COUNTED_ROWS = 2**25  # a table whose never-seen rows are in HBM is looked through up to this size
 CHECKSUM_SUFFIX = ".sha256"  # manifest.json.sha256 beside it: its own SHA-256, checked on load
 log = logging.getLogger(__name__)
 
@@ -180,6 +189,17 @@ class ManifestFile:
         index[found] = remap.seen_index[pos[found]]
         return index
 
+    def hbm_rows(self, table: str) -> np.ndarray | None:
+        """The table's rows in HBM, ascending (None: never-seen rows are in HBM too and the table
+        has more than :data:`MAX_COUNTED_ROWS` rows to look through)."""
+        t = self.table(table)
+        remap = self.seen_remap(table)
+        if t.unseen_hbm_below_row == 0:
+            return remap.seen_rows[remap.seen_index < t.rows_hbm]
+        if t.hash_size > MAX_COUNTED_ROWS:
+            return None
+        return np.flatnonzero(self.new_index(table, np.arange(t.hash_size)) < t.rows_hbm)
+
     def remap(self, table: str, rows) -> tuple[np.ndarray, np.ndarray]:
         """Vectorised lookup for an id batch: ``(tier, index)``, tier ``HBM`` (0) or ``UVM`` (1),
         index the row's position within that tier of the table's GPU."""
@@ -187,6 +207,27 @@ class ManifestFile:
         index = self.new_index(table, rows)
         tier = np.where(index < rows_hbm, HBM, UVM).astype(np.uint8)
         return tier, np.where(tier == HBM, index, index - rows_hbm)
+
+
+def with_hbm_changes(diff: PlanDiff, new: ManifestFile, old: ManifestFile) -> PlanDiff:
+    """The diff with each table's rows entering and leaving HBM counted from both remaps; a table
+    whose HBM rows changed only in which rows they are joins the diff."""
+    changes = {c.name: c for c in diff.tables}
+    out = []
+    for t in new.manifest.tables:
+        before = old.tables.get(t.name)
+        change = changes.get(t.name)
+        now_rows, then_rows = new.hbm_rows(t.name), old.hbm_rows(t.name) if before is not None else None
+        entering = leaving = None
+        if now_rows is not None and before is not None and then_rows is not None:
+            entering = int(np.setdiff1d(now_rows, then_rows, assume_unique=True).size)
+            leaving = int(np.setdiff1d(then_rows, now_rows, assume_unique=True).size)
+        if change is None:
+            if not entering and not leaving:
+                continue
+            change = TableChange(t.name, t.ranks, t.ranks, 0, t.rows_hbm, t.rows_hbm)
+        out.append(dataclasses.replace(change, rows_entering_hbm=entering, rows_leaving_hbm=leaving))
+    return dataclasses.replace(diff, tables=tuple(out))
 
 
 def _check_model(loaded: ManifestFile, model) -> None:

@@ -311,8 +311,16 @@ class SolveOptions:
         "did not rank the rows sees) or in_sample (the counts themselves, optimistic)",
         choices=HIT_ESTIMATES,
     )
+    max_moved_gib: float | None = _opt(
+        None,
+        "with --previous: at most this many GiB of tables may change GPU against the previous plan "
+        "(moves the search made are taken back, least useful per byte first; default: no cap)",
+        flag="--max-moved-gib",
+    )
 
     def __post_init__(self):
+        if self.max_moved_gib is not None and not 0 <= self.max_moved_gib < math.inf:
+            raise _invalid(f"--max-moved-gib must be 0 or more GiB, got {self.max_moved_gib}")
         if self.solver not in SOLVERS:
             raise _invalid(f"unknown solver {self.solver!r}", f"use one of {SOLVERS}")
         if not 0 < self.time_limit_s < math.inf:

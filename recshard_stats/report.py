@@ -375,9 +375,10 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}figure{{margin:1.
 <p id="summary">{len(manifest.tables)} tables on {manifest.num_gpus} GPUs; solver {html.escape(plan.solver)}
 ({html.escape(plan.status)}, plan from {html.escape(plan.source)}); slowest GPU
 <b>{plan.objective_ms:.4f} ms</b> per batch; lower bound {plan.lower_bound_ms:.4f} ms;
-gap <b>{plan.gap:.2%}</b>; {stats.metadata.num_samples} samples profiled{_window(stats.metadata)}; {cut} table(s)
-cut into column shards.{_skipped(stats.metadata)}</p>
+gap <b>{plan.gap:.2%}</b>; {stats.metadata.num_samples} samples profiled{_window(stats.metadata)}; {cut} table(s) cut into column
+shards.{_skipped(stats.metadata)}</p>
 {_decision(loaded.path.parent)}
+{_diff(manifest)}
 {_summary_table(manifest, evaluation)}
 {blocks}
 {drift_html}
@@ -405,6 +406,20 @@ def _decision(directory: pathlib.Path) -> str:
         "published" if decision.publish else f"not published; kept {html.escape(decision.published or '')}"
     )
     return f'<p id="decision">Publish decision: <b>{verdict}</b>: {html.escape(decision.reason)}.</p>'
+
+
+def _diff(manifest: Manifest) -> str:
+    """What applying the plan moves against the previous one, when it was solved with one."""
+    diff = manifest.diff
+    if diff is None:
+        return ""
+    moved = sum(1 for c in diff.tables if c.moved_bytes)
+    entering = [c.rows_entering_hbm for c in diff.tables if c.rows_entering_hbm is not None]
+    rows = f"; {sum(entering):,} rows enter HBM" if entering else ""
+    return (
+        f'<p id="diff">Against the plan of {html.escape(diff.previous_ds)}: {moved} table(s) change GPU '
+        f"({diff.moved_bytes / GIB:.3f} GiB moved){rows}; {len(diff.tables)} table(s) changed in all.</p>"
+    )
 
 
 def _window(metadata: StatsMetadata) -> str:

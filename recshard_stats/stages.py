@@ -6,6 +6,7 @@ script and the spark-submit jobs only map arguments to these calls.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import logging
@@ -204,7 +205,7 @@ def remap_manifest(spark, options: RemapOptions) -> pathlib.Path:
 
     from recshard_stats.atomic import building_dir, output_lock
     from recshard_stats.manifest import RemapFile, complete_with_remaps, invalid_manifest
-    from recshard_stats.manifest_loader import MANIFEST_NAME, load_manifest, sha256_data
+    from recshard_stats.manifest_loader import MANIFEST_NAME, ManifestFile, load_manifest, sha256_data
     from recshard_stats.manifest_publisher import write_manifest
     from recshard_stats.remap import empty_remap_table, hotter_rows, remap_rows, unseen_hbm_below
     from recshard_stats.solver.manifest_builder import day_lock
@@ -282,7 +283,13 @@ def remap_manifest(spark, options: RemapOptions) -> pathlib.Path:
                 below.get(t.name, 0),
             )
         shutil.rmtree(staging)
-        write_manifest(tmp / MANIFEST_NAME, complete_with_remaps(manifest, remaps))
+        completed = complete_with_remaps(manifest, remaps)
+        if completed.diff is not None:
+            completed = dataclasses.replace(
+                completed,
+                diff=_counted_hbm_changes(completed.diff, ManifestFile(tmp / MANIFEST_NAME, completed)),
+            )
+        write_manifest(tmp / MANIFEST_NAME, completed)
         log.info("remap files for %d tables written; manifest updated with checksums", len(names))
     path = source / MANIFEST_NAME
     load_manifest(path)  # what was published reads back and verifies
@@ -373,6 +380,21 @@ def _published_alike(root, manifest):
         log.info("the published plan was made for another model or hardware config: not replayed")
         return None
     return load_manifest(published.path, require_remap=True)
+
+
+def _counted_hbm_changes(diff, new):
+    """The diff with rows entering and leaving HBM counted against the previous plan's remap
+    (left uncounted, with a warning, when that plan is gone)."""
+    from recshard_stats.manifest_loader import load_manifest, with_hbm_changes
+
+    try:
+        old = load_manifest(diff.previous, require_remap=True)
+    except RecShardError as exc:
+        log.warning(
+            "rows entering and leaving HBM not counted: the previous plan does not load (%s)", exc.message
+        )
+        return diff
+    return with_hbm_changes(diff, new, old)
 
 
 def remap_frame(spark, loaded):

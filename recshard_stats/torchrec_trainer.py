@@ -22,6 +22,10 @@
 - :func:`split_state_dict` / :func:`unsplit_state_dict`: an unsplit table's weights (a
   checkpoint held in one process) into the split layout and back; sharded checkpoints, each
   rank reading and writing only its shards, are :mod:`recshard_stats.torchrec_checkpoint`.
+- Applying a new plan to a trained model (a manifest's ``diff``): :func:`sharding_plan_delta`
+  (the parts that only move, as ``DistributedModelParallel.reshard`` takes them, and the parts
+  whose shape changed) and :func:`reshard_rows` / :func:`reshard_state_dict` (weights and
+  row-wise optimizer state from the old row order and parts to the new).
 
 On CPU, TorchRec runs the ``fused`` kernel only: ``sharding_plan(..., device_type="cpu")`` maps
 every kernel to it (the placement is the same); ``fused_uvm`` and the HBM/UVM split need GPUs.
@@ -36,8 +40,9 @@ import torch
 from torch import nn
 from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor, KeyedTensor, PoolingType
 from torchrec.distributed.planner.types import ParameterConstraints
+from torchrec.distributed.sharding.dynamic_sharding import output_sharding_plan_delta_single
 from torchrec.distributed.sharding_plan import column_wise, construct_module_sharding_plan, table_wise
-from torchrec.distributed.types import CacheParams, CacheStatistics, ShardingPlan
+from torchrec.distributed.types import CacheParams, CacheStatistics, EmbeddingModuleShardingPlan, ShardingPlan
 from torchrec.modules.embedding_configs import DataType
 
 from recshard_stats.config import optimizer_state_bytes
@@ -547,36 +552,86 @@ def _new_index(loaded: ManifestFile, t: TablePlacement) -> np.ndarray:
     return loaded.new_index(t.name, np.arange(t.hash_size, dtype=np.int64))
 
 
+def _whole_rows(loaded: ManifestFile, t: TablePlacement, parts: dict[str, torch.Tensor]) -> torch.Tensor:
+    """A table's row-indexed tensor (first dimension: rows) in hashed-row order, from its parts
+    in ``loaded``'s layout (part name -> tensor)."""
+    if not is_split(t):
+        return parts[t.name]
+    ordered = torch.cat([parts[t.name + HBM_SUFFIX], parts[t.name + UVM_SUFFIX]])
+    return ordered[torch.as_tensor(_new_index(loaded, t))]
+
+
+def _layout_parts(loaded: ManifestFile, t: TablePlacement, whole: torch.Tensor) -> dict[str, torch.Tensor]:
+    """A table's row-indexed tensor in hashed-row order -> its parts in ``loaded``'s layout."""
+    if not is_split(t):
+        return {t.name: whole}
+    ordered = torch.empty_like(whole)
+    ordered[torch.as_tensor(_new_index(loaded, t))] = whole  # row r goes to its remap position
+    return {
+        t.name + HBM_SUFFIX: ordered[: t.rows_hbm].clone(),
+        t.name + UVM_SUFFIX: ordered[t.rows_hbm :].clone(),
+    }
+
+
 def split_state_dict(loaded: ManifestFile, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Unsplit weights (table name -> [hash_size, dim]) -> the split collection's state dict."""
-    out = {}
-    for t in loaded.manifest.tables:
-        w = weights[t.name]
-        if not is_split(t):
-            out[f"embedding_bags.{t.name}.weight"] = w
-            continue
-        ordered = torch.empty_like(w)
-        ordered[torch.as_tensor(_new_index(loaded, t))] = w  # row r goes to its remap position
-        out[f"embedding_bags.{t.name}{HBM_SUFFIX}.weight"] = ordered[: t.rows_hbm].clone()
-        out[f"embedding_bags.{t.name}{UVM_SUFFIX}.weight"] = ordered[t.rows_hbm :].clone()
-    return out
+    return {
+        f"embedding_bags.{part}.weight": w
+        for t in loaded.manifest.tables
+        for part, w in _layout_parts(loaded, t, weights[t.name]).items()
+    }
+
+
+def _parts_in(t: TablePlacement, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    parts = parts_of(t.name, t.hash_size, t.rows_hbm)
+    return {p["name"]: state[f"embedding_bags.{p['name']}.weight"] for p in parts}
 
 
 def unsplit_state_dict(loaded: ManifestFile, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The split collection's state dict -> unsplit weights (table name -> [hash_size, dim])."""
-    out = {}
-    for t in loaded.manifest.tables:
-        if not is_split(t):
-            out[t.name] = state[f"embedding_bags.{t.name}.weight"]
-            continue
-        ordered = torch.cat(
-            [
-                state[f"embedding_bags.{t.name}{HBM_SUFFIX}.weight"],
-                state[f"embedding_bags.{t.name}{UVM_SUFFIX}.weight"],
-            ]
-        )
-        out[t.name] = ordered[torch.as_tensor(_new_index(loaded, t))]
-    return out
+    return {t.name: _whole_rows(loaded, t, _parts_in(t, state)) for t in loaded.manifest.tables}
+
+
+def reshard_rows(
+    old: ManifestFile, new: ManifestFile, table: str, parts: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """One table's row-indexed tensors from the old plan's layout to the new one's: its weights,
+    or a row-wise optimizer state (Adagrad's rows, row-wise Adagrad's one value per row). Each
+    row keeps its values; it moves to its position in the new remap, and to the other part when
+    it enters or leaves HBM. ``parts``: part name (``<table>``, or ``<table>__hbm`` and
+    ``<table>__uvm``) -> tensor."""
+    return _layout_parts(new, new.table(table), _whole_rows(old, old.table(table), parts))
+
+
+def reshard_state_dict(
+    old: ManifestFile, new: ManifestFile, state: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """The split collection's state dict under the old plan -> under the new one (the same
+    weights, in the new plan's row order and parts)."""
+    return {
+        f"embedding_bags.{part}.weight": w
+        for t in new.manifest.tables
+        for part, w in reshard_rows(old, new, t.name, _parts_in(old.table(t.name), state)).items()
+    }
+
+
+def sharding_plan_delta(
+    old: Manifest, new: Manifest, module_path: str = "", device_type: str = "cuda"
+) -> tuple[float, EmbeddingModuleShardingPlan, tuple[str, ...]]:
+    """What applying the new plan asks of TorchRec. Parts of the split layout whose shape is the
+    same under both plans and whose ranks changed: TorchRec's own delta of the two sharding
+    plans (``output_sharding_plan_delta_single``, with its data volume in MB), the input of
+    ``DistributedModelParallel.reshard``. Parts whose shape changed (HBM rows moved between the
+    tiers): their names, to build anew with :func:`reshard_rows`' tensors."""
+    plans = [sharding_plan(m, module_path, device_type=device_type).plan[module_path] for m in (old, new)]
+    shapes = [{c.name: (c.num_embeddings, c.embedding_dim) for c in table_configs(m)} for m in (old, new)]
+    same = [name for name in shapes[1] if shapes[0].get(name) == shapes[1][name]]
+    volume, delta = output_sharding_plan_delta_single(
+        EmbeddingModuleShardingPlan({n: plans[0][n] for n in same}),
+        EmbeddingModuleShardingPlan({n: plans[1][n] for n in same}),
+        return_data_volume=True,
+    )
+    return volume, delta, tuple(n for n in shapes[1] if n not in same)
 
 
 class ProfiledCacheStatistics(CacheStatistics):

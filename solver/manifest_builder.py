@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import logging
 import os
 import pathlib
 from typing import TYPE_CHECKING
@@ -17,12 +18,16 @@ from recshard_stats.manifest import (
     GpuPlacement,
     Manifest,
     ManifestInputs,
+    PlanDiff,
     PlanSummary,
     SolverSettings,
+    TableChange,
     TablePlacement,
     TorchRecPlan,
 )
+from recshard_stats.manifest_loader import ManifestFile
 from recshard_stats.options import SolveOptions, check_ds
+from recshard_stats.solver.churn import moved_bytes, previous_ranks
 from recshard_stats.solver.column_split import TableShards, table_shards
 from recshard_stats.solver.plan import PlanCost, cost_plan
 from recshard_stats.solver.problem import Problem, TableDemand, with_hit_estimate
@@ -34,6 +39,7 @@ from recshard_stats.units import MS_PER_S
 if TYPE_CHECKING:
     from recshard_stats.torchrec_planner import TorchRecBaseline
 
+log = logging.getLogger(__name__)
 TORCHREC_PLAN_NAME = "torchrec_plan.json"
 
 
@@ -229,9 +235,12 @@ def solve_to_manifest(
     out_root,
     ds: str | None = None,
     options: SolveOptions = SolveOptions(),
+    previous=None,
 ) -> pathlib.Path:
     """``recshard solve``: stats partition + configs -> ``<out_root>/ds=<ds>/manifest.json``
-    (plus ``torchrec_plan.json`` beside it), each written atomically."""
+    (plus ``torchrec_plan.json`` beside it), each written atomically. ``previous``: the plan in
+    service (a manifest, its directory, or a root whose latest.json points to it), which the
+    manifest's diff is taken against and ``options.max_moved_gib`` caps moves from."""
     import json
 
     from recshard_stats.atomic import building_dir, check_output_root, output_lock, write_text_atomic
@@ -249,9 +258,12 @@ def solve_to_manifest(
     target = manifest_dir(out_root, ds)  # checks ds before anything is computed or written
     check_output_root(out_root, "--out")
     problem = build_problem(stats, model, hardware, HitEstimate(options.hit_estimate))
+    before = previous_plan(previous, hardware)
     with output_lock(day_lock(target), f"recshard solve of {ds}"):
-        outcome = solve_problem(problem, options)
+        outcome = solve_problem(problem, options, before.manifest if before else None)
         manifest = build_manifest(outcome, problem, model, hardware, stats, options, ds, target)
+        if before is not None:
+            manifest = dataclasses.replace(manifest, diff=plan_diff(problem, manifest, before))
         # the day's directory is built whole and swapped in: a failure (a full disk) leaves the
         # old one as it was, never a manifest without its torchrec_plan.json; the published plan
         # is a snapshot of its own (publish_latest), which a re-solve of its day does not touch
@@ -259,6 +271,65 @@ def solve_to_manifest(
             write_manifest(tmp / MANIFEST_NAME, manifest)
             write_text_atomic(tmp / TORCHREC_PLAN_NAME, json.dumps(torchrec_plan(manifest), indent=2) + "\n")
     return target / MANIFEST_NAME
+
+
+def previous_plan(where, hardware: HardwareConfig) -> ManifestFile | None:
+    """The plan in service at ``where`` (a manifest, its directory, or a root holding latest.json;
+    None: nothing published there yet, or a plan for another number of GPUs, whose ranks are not
+    these)."""
+    from recshard_stats.manifest_loader import load_manifest
+    from recshard_stats.manifest_publisher import LATEST_NAME, load_latest
+
+    if where is None:
+        return None
+    path = pathlib.Path(where)
+    if path.is_dir() and (path / LATEST_NAME).is_file():
+        loaded = load_latest(path)
+    elif path.is_dir() and not (path / "manifest.json").is_file():
+        log.info("--previous %s: nothing published yet, no diff", path)
+        return None
+    else:
+        loaded = load_manifest(path)
+    if loaded.manifest.num_gpus != hardware.num_gpus:
+        log.warning(
+            "--previous %s has %d GPUs, this hardware %d: no diff, no cap on moves",
+            loaded.path,
+            loaded.manifest.num_gpus,
+            hardware.num_gpus,
+        )
+        return None
+    return loaded
+
+
+def plan_diff(problem: Problem, manifest: Manifest, before: ManifestFile) -> PlanDiff:
+    """The tables whose ranks or HBM rows changed against the previous plan, with the bytes that
+    change GPU (rows entering and leaving HBM are counted by remap, which has both remaps)."""
+    from recshard_stats.manifest_loader import sha256_file
+
+    previous = {t.name: t for t in before.manifest.tables}
+    ranks = previous_ranks(problem, before.manifest)
+    changes = []
+    for j, t in enumerate(manifest.tables):
+        old = previous.get(t.name)
+        moved = moved_bytes(problem.tables[j], t.ranks, ranks[j])
+        if old is None or old.ranks != t.ranks or old.rows_hbm != t.rows_hbm or moved:
+            changes.append(
+                TableChange(
+                    name=t.name,
+                    previous_ranks=old.ranks if old is not None else (),
+                    ranks=t.ranks,
+                    moved_bytes=moved,
+                    previous_rows_hbm=old.rows_hbm if old is not None else 0,
+                    rows_hbm=t.rows_hbm,
+                )
+            )
+    return PlanDiff(
+        previous=str(before.path),
+        previous_sha256=sha256_file(before.path),
+        previous_ds=before.manifest.ds,
+        moved_bytes=sum(c.moved_bytes for c in changes),
+        tables=tuple(changes),
+    )
 
 
 def day_lock(day_dir: pathlib.Path) -> pathlib.Path:

@@ -11,9 +11,11 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from recshard_stats.manifest import MilpStatus, PlanSource
+from recshard_stats.errors import Reason, RecShardError
+from recshard_stats.manifest import Manifest, MilpStatus, PlanSource
 from recshard_stats.options import SolveOptions
 from recshard_stats.solver.baselines import all_baselines
+from recshard_stats.solver.churn import GIB, moved_bytes, previous_ranks
 from recshard_stats.solver.column_split import (
     TableShards,
     cut_ladder,
@@ -127,7 +129,65 @@ def search_cut(
     return _cheapest(start, searched)
 
 
-def solve_problem(problem: Problem, options: SolveOptions = SolveOptions()) -> Outcome:
+def _moves(problem: Problem, candidate: Candidate, before) -> dict[int, int]:
+    """Model table -> bytes it moves against the previous plan (tables that move only)."""
+    shards = table_shards(candidate.placed, candidate.cost.plan)
+    moves = {j: moved_bytes(problem.tables[j], s.gpus, before[j]) for j, s in enumerate(shards)}
+    return {j: b for j, b in moves.items() if b}
+
+
+def _revert(problem: Problem, candidate: Candidate, before, tables: set[int]) -> Candidate | None:
+    """The candidate with ``tables`` back on their previous GPUs (cut as before), rows split
+    again exactly; None when that breaks a capacity."""
+    shards = table_shards(candidate.placed, candidate.cost.plan)
+    ranks = [before[j] if j in tables else s.gpus for j, s in enumerate(shards)]
+    placed = split_problem(problem, tuple(len(r) for r in ranks))
+    gpu = tuple(g for r in ranks for g in r)  # split_problem keeps the entries in table order
+    plan = Plan(candidate.cost.plan.name, gpu, (0,) * len(gpu))
+    return _valid(placed, polish(placed, plan), PlanSource.RESTRAINED)
+
+
+def restrain(problem: Problem, best: Candidate, before, cap_bytes: float, deadline: float) -> Candidate:
+    """The best plan with moves taken back until at most ``cap_bytes`` change GPU: each step
+    takes back the move that costs least per byte it saves (of the 32 largest), then every
+    move at once if that is not enough. The bound stays the unrestrained one, so the gap
+    reported includes what the cap costs."""
+    moves = _moves(problem, best, before)
+    current = best
+    while sum(moves.values()) > cap_bytes and time.time() < deadline:
+        steps = []
+        for j in sorted(moves, key=lambda j: -moves[j])[:32]:
+            trial = _revert(problem, current, before, {j})
+            if trial is not None:
+                steps.append(((trial.cost.max_cost - current.cost.max_cost) / moves[j], j, trial))
+        if not steps:
+            break
+        _, j, current = min(steps, key=lambda s: s[:2])
+        moves = _moves(problem, current, before)
+    if sum(moves.values()) > cap_bytes:
+        stay = _revert(problem, current, before, set(moves))
+        if stay is None:
+            raise RecShardError(
+                Reason.INFEASIBLE_HBM,
+                f"no plan moves at most {cap_bytes / GIB:.3f} GiB of tables: the tables that move "
+                f"({sum(moves.values()) / GIB:.3f} GiB) do not fit back on their previous GPUs with this data",
+                fixes=("raise --max-moved-gib", "solve without --max-moved-gib (every table may move)"),
+            )
+        current = stay
+    if current is not best:
+        log.info(
+            "restrained to %.3f GiB of moves (cap %.3f GiB): %.4f ms/batch against %.4f ms unrestrained",
+            sum(_moves(problem, current, before).values()) / GIB,
+            cap_bytes / GIB,
+            current.cost.max_cost * MS_PER_S,
+            best.cost.max_cost * MS_PER_S,
+        )
+    return current
+
+
+def solve_problem(
+    problem: Problem, options: SolveOptions = SolveOptions(), previous: Manifest | None = None
+) -> Outcome:
     """The plan within ``options.time_limit_s`` of wall time (TorchRec's planner apart). Half the
     search time goes to the cuts of the ladder, the MILP gets what they leave less the other half,
     which polishes the best plan after it; a MILP skipped (start within the MIP gap of the bound,
@@ -197,6 +257,14 @@ def solve_problem(problem: Problem, options: SolveOptions = SolveOptions()) -> O
         best = _cheapest(best, searched) or best
     if has_call_costs(problem):
         best = _with_call_costs(problem, best, [c for c in tried if c is not None], baselines, clock)
+    if previous is not None and options.max_moved_gib is not None:
+        best = restrain(
+            problem,
+            best,
+            previous_ranks(problem, previous),
+            options.max_moved_gib * GIB,
+            time.time() + max(clock.left(), 1.0),
+        )
     best = dataclasses.replace(
         best, cost=dataclasses.replace(best.cost, plan=dataclasses.replace(best.cost.plan, name="recshard"))
     )
