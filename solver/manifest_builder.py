@@ -285,8 +285,9 @@ def previous_plan(where, hardware: HardwareConfig) -> ManifestFile | None:
     path = pathlib.Path(where)
     if path.is_dir() and (path / LATEST_NAME).is_file():
         loaded = load_latest(path)
-    elif path.is_dir() and not (path / "manifest.json").is_file():
-        log.info("--previous %s: nothing published yet, no diff", path)
+    elif not path.exists() or (path.is_dir() and not (path / "manifest.json").is_file()):
+        # a manifests root before its first publish (the daily DAG's first day)
+        log.warning("--previous %s: no plan published there yet, so no diff and no cap on moves", path)
         return None
     else:
         loaded = load_manifest(path)

@@ -209,3 +209,14 @@ def test_a_trained_collection_carried_to_the_new_plan_computes_what_it_did(two_p
     assert sorted(rebuilt) == sorted(n for n in now if n not in same)
     assert all(delta[n].ranks == list(now[n].ranks) for n in delta)
     assert volume >= 0
+
+
+def test_a_root_with_nothing_published_gives_no_diff(two_plans):
+    """The daily DAG's first day: --previous names the manifests root before anything is
+    published there (or before it exists)."""
+    spec, hw, stats, _, _, root = two_plans
+    for previous in (root / "never-made", root / "stats"):
+        solved = solve_to_manifest(
+            stats["2026-12-02"], spec, hw, root / "first-day", options=OPTIONS, previous=previous
+        )
+        assert load_manifest(solved, require_remap=False).manifest.diff is None
