@@ -313,6 +313,19 @@ def _placement_table(manifest: Manifest) -> str:
     return f'<table id="placement">{head}{body}</table>'
 
 
+def _beside(given, default: pathlib.Path, flag: str, command: str) -> pathlib.Path | None:
+    """An optional input of the report: the file given (which must exist), else the one beside
+    the manifest if there is one."""
+    if given is not None and not pathlib.Path(given).is_file():
+        raise RecShardError(
+            Reason.INPUT_MISSING,
+            f"{flag} {given} does not exist",
+            fixes=(f"run `{command}` first, or leave {flag} out",),
+        )
+    path = pathlib.Path(given) if given is not None else default
+    return path if path.is_file() else None
+
+
 def render(manifest_path, stats_path=None, evaluation_path=None, drift_path=None) -> str:
     import matplotlib
 
@@ -321,14 +334,10 @@ def render(manifest_path, stats_path=None, evaluation_path=None, drift_path=None
     manifest = loaded.manifest
     stats = load_stats(stats_path or loaded.stats_path)
     check_profiled_with(stats, manifest.model)  # another model's stats would plot other rows
-    if evaluation_path is not None and not pathlib.Path(evaluation_path).is_file():
-        raise RecShardError(
-            Reason.INPUT_MISSING,
-            f"--evaluation {evaluation_path} does not exist",
-            fixes=("run `recshard evaluate` on the manifest first, or leave --evaluation out",),
-        )
-    evaluation_path = pathlib.Path(evaluation_path or loaded.path.parent / EVALUATION_NAME)
-    evaluation = load_evaluation(evaluation_path) if evaluation_path.is_file() else None
+    evaluation_file = _beside(
+        evaluation_path, loaded.path.parent / EVALUATION_NAME, "--evaluation", "recshard evaluate"
+    )
+    evaluation = load_evaluation(evaluation_file) if evaluation_file else None
     figures = [
         ("access_cdf", fig_access_cdf(stats, manifest)),
         ("pooling", fig_pooling(stats)),
@@ -338,14 +347,8 @@ def render(manifest_path, stats_path=None, evaluation_path=None, drift_path=None
     ]
     if evaluation:
         figures.append(("replay", fig_replay(evaluation)))
-    if drift_path is not None and not pathlib.Path(drift_path).is_file():
-        raise RecShardError(
-            Reason.INPUT_MISSING,
-            f"--drift {drift_path} does not exist",
-            fixes=("run `recshard drift` first, or leave --drift out",),
-        )
-    drift_path = pathlib.Path(drift_path or loaded.path.parent / DRIFT_NAME)
-    drift = load_drift(drift_path) if drift_path.is_file() else None
+    drift_file = _beside(drift_path, loaded.path.parent / DRIFT_NAME, "--drift", "recshard drift")
+    drift = load_drift(drift_file) if drift_file else None
     drift_html = ""
     if drift:
         drift_figures = [("drift_features", fig_drift_features(drift))] if drift.features else []

@@ -24,6 +24,21 @@ pytestmark = [
 ]
 
 
+# the DAG's tasks, in their one order
+TASKS = (
+    "wait_for_logs",
+    "profile",
+    "window",
+    "drift",
+    "solve",
+    "remap",
+    "validate",
+    "evaluate",
+    "publish",
+    "report",
+)
+
+
 @pytest.fixture(scope="module")
 def airflow_env(tmp_path_factory):
     home = tmp_path_factory.mktemp("airflow_home")
@@ -74,19 +89,7 @@ def test_dagbag_imports_with_expected_graph(airflow_env):
     )
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["errors"] == {}
-    order = (
-        "wait_for_logs",
-        "profile",
-        "window",
-        "drift",
-        "solve",
-        "remap",
-        "validate",
-        "evaluate",
-        "publish",
-        "report",
-    )
-    assert result["edges"] == {task: list(order[i + 1 : i + 2]) for i, task in enumerate(order)}
+    assert result["edges"] == {task: list(TASKS[i + 1 : i + 2]) for i, task in enumerate(TASKS)}
     assert result["retries"] == 0
 
 
@@ -139,18 +142,7 @@ def test_three_drifting_days_publish_only_a_faster_plan(airflow_env):
     published: list[str] = []
     for i, ds in enumerate(DAYS):
         out = _dags_test(env, ds)
-        for task in (
-            "wait_for_logs",
-            "profile",
-            "window",
-            "drift",
-            "solve",
-            "remap",
-            "validate",
-            "evaluate",
-            "publish",
-            "report",
-        ):
+        for task in TASKS:
             assert f"end task task_id={task}" in out, task
         decision = json.loads((data / "manifests" / f"ds={ds}" / "decision.json").read_text())
         drift = load_drift(data / "reports" / f"ds={ds}" / "drift.json")

@@ -12,7 +12,7 @@ from recshard_stats.manifest_loader import load_manifest
 from recshard_stats.options import SolveOptions, SyntheticDrift
 from recshard_stats.solver.manifest_builder import solve_to_manifest
 from tests.helpers import SPEC, remap, run_profile, write_yaml
-from tests.test_drift import HARDWARE
+from tests.test_pipeline import HARDWARE
 
 OPTIONS = SolveOptions(time_limit_s=5, local_search_s=1, torchrec_baselines=False)
 

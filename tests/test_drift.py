@@ -13,14 +13,7 @@ from recshard_stats.generate import generate
 from recshard_stats.options import DriftOptions, SolveOptions, SyntheticDrift
 from recshard_stats.solver.manifest_builder import solve_to_manifest
 from tests.helpers import SPEC, parquet_keys, remap, run_profile, write_yaml
-
-HARDWARE = {
-    "num_gpus": 2,
-    "hbm_per_gpu_bytes": 600_000,
-    "hbm_reserved_fraction": 0.0,
-    "host_gib": 1,
-    "batch_size": 64,
-}
+from tests.test_pipeline import HARDWARE
 
 
 def check(day, reference, out, **options):
