@@ -48,6 +48,7 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=14)
     parser.add_argument("--samples", type=int, default=200_000)
     parser.add_argument("--window", type=int, default=7)
+    parser.add_argument("--half-life", type=float, default=None, help="the window's half-life in days")
     parser.add_argument("--time-limit", type=float, default=20.0)
     parser.add_argument("--spec", type=pathlib.Path, default=ROOT / "conf" / "synthetic.yaml")
     parser.add_argument("--hardware", type=pathlib.Path, default=ROOT / "conf" / "hardware_example.yaml")
@@ -109,6 +110,7 @@ def main() -> None:
                 ds=ds,
                 days=args.window,
                 min_days=1,
+                half_life_days=args.half_life,
             ),
         )
         yesterday = work / "windows" / f"ds={dates[d - 1]}" if d else work / "none"
@@ -156,7 +158,8 @@ def main() -> None:
         print(json.dumps(dataclasses.asdict(days[-1])), flush=True)
 
     print(
-        f"\n{args.days} drifting days, {args.samples} samples a day, window {args.window} days, "
+        f"\n{args.days} drifting days, {args.samples} samples a day, window {args.window} days "
+        f"(half-life: {args.half_life or 'none'}), "
         f"solve time limit {args.time_limit:g} s; replayed slowest GPU, ms per batch (cost model)"
     )
     print(
