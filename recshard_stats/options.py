@@ -196,12 +196,11 @@ class ProfileOptions:
             raise _invalid(f"--max-reject-fraction must be in [0, 1], got {self.max_reject_fraction}")
         if self.max_skipped_files < 0:
             raise _invalid(f"--max-skipped-files must be >= 0, got {self.max_skipped_files}")
-        if self.approximate and (self.row_counts or self.id_counts):
-            what, flag = ("per-row", "--row-counts") if self.row_counts else ("per-id", "--id-counts")
+        if self.approximate and self.row_counts:
             raise _invalid(
-                f"{what} access counts ({flag}) need the exact profile",
+                "per-row access counts (--row-counts, for remap) need the exact profile",
                 "drop --approximate",
-                f"or drop {flag}",
+                "or drop --row-counts",
             )
         _ = self.sketch  # validates the sketch settings
 

@@ -65,6 +65,10 @@ class ProfileResult:
     num_samples: int
     cached: tuple[DataFrame, ...] = ()
     id_counts: DataFrame | None = None
+    # approximate mode with id counts: each feature's sampled rows' accesses (row -1: every
+    # row outside the sample) and its HLL sketches, what a window of approximate days merges
+    sampled_row_counts: DataFrame | None = None
+    sketches: list[dict] | None = None
 
     def release(self) -> None:
         """Drop the cached aggregates (after ``row_counts`` and ``id_counts`` have been written)."""
@@ -202,12 +206,16 @@ def profile_records(
                 spark, records, layout, with_row_counts, with_id_counts, cached
             )
             check_rejects(layout.model, aggregates, max_reject_fraction)
+            sampled, sketches = None, None
         else:
-            aggregates, row_counts, id_counts = (
-                _approximate(spark, records, layout, sketch, max_reject_fraction, cached),
-                None,
-                None,
-            )
+            conf = _feature_conf(spark, layout)
+            agg, sketch_frame = _sketched(records, conf, sketch)
+            counted, agg = _counted(agg, cached)
+            check_rejects(layout.model, counted, max_reject_fraction)  # before the second pass
+            aggregates, sketches = _sketched_distributions(spark, agg, sketch_frame, conf, layout, counted)
+            row_counts = id_counts = None
+            sampled = _sampled_row_counts(spark, agg, layout) if with_id_counts else None
+            sketches = sketches if with_id_counts else None
         tables = assemble(layout, aggregates, cdf_points)
         result = ProfileResult(
             tables,
@@ -217,35 +225,70 @@ def profile_records(
             aggregates.num_samples,
             tuple(cached),
             id_counts,
+            sampled,
+            sketches,
         )
     except BaseException:
         for frame in cached:
             frame.unpersist()
         raise
-    if row_counts is None and id_counts is None:
+    if row_counts is None and id_counts is None and result.sampled_row_counts is None:
         result.release()
     return result
 
 
-def _approximate(
-    spark: SparkSession,
-    records: DataFrame,
-    layout: ProfileLayout,
-    sketch: SketchOptions,
-    max_reject_fraction: float,
-    cached: list[DataFrame],
-) -> CollectedAggregates:
-    conf = _feature_conf(spark, layout)
-    agg, sketches = _sketched(records, conf, sketch)
+def _counted(agg: DataFrame, cached: list[DataFrame]) -> tuple[CollectedAggregates, DataFrame]:
+    """Approximate mode: the aggregate ``(code, key, count)`` kept in memory with each record's
+    kind and feature, and what it holds besides the sampled rows."""
     agg = (
         agg.withColumn("kind", F.shiftright("code", FEATURE_BITS))
         .withColumn("f", F.col("code").bitwiseAND((1 << FEATURE_BITS) - 1))
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
     cached.append(agg)
-    counted = _non_id_counts(agg)
-    check_rejects(layout.model, counted, max_reject_fraction)  # before the second pass
-    return _sketched_distributions(spark, agg, sketches, conf, layout, counted)
+    return _non_id_counts(agg), agg
+
+
+def _sampled_row_counts(spark: SparkSession, agg: DataFrame, layout: ProfileLayout) -> DataFrame:
+    names = spark.createDataFrame([(f.index, f.name) for f in layout.features], "f int, feature string")
+    return (
+        agg.where(F.col("kind") == RecordKind.ID.value)
+        .join(F.broadcast(names), "f")
+        .select("feature", F.col("key").alias("row"), F.col("count").alias("access_count"))
+    )
+
+
+def merge_sketched(
+    spark: SparkSession, records: DataFrame, sketches: DataFrame, layout: ProfileLayout, cdf_points: int
+) -> ProfileResult:
+    """A window of approximate days: their records ``(code, key, count)`` (ids: sampled rows, -1
+    for the rest) summed per key, and their sketches ``(code, ids, rows)`` unioned per feature,
+    through the approximate profile's own assembly."""
+    cached: list[DataFrame] = []
+    try:
+        summed = records.groupBy("code", "key").agg(F.sum("count").alias("count"))
+        counted, agg = _counted(summed, cached)
+        union = sketches.groupBy("code").agg(
+            F.hll_union_agg("ids").alias("ids"), F.hll_union_agg("rows").alias("rows")
+        )
+        aggregates, collected = _sketched_distributions(
+            spark, agg, union, _feature_conf(spark, layout), layout, counted
+        )
+        return ProfileResult(
+            assemble(layout, aggregates, cdf_points),
+            None,
+            aggregates.input_rows,
+            aggregates.bad_rows,
+            aggregates.num_samples,
+            tuple(cached),
+            None,
+            _sampled_row_counts(spark, agg, layout),
+            collected,
+        )
+    except BaseException:
+        for frame in cached:
+            frame.unpersist()
+        raise
 
 
 def _exact(
@@ -402,9 +445,9 @@ def _sketched_distributions(
     conf: DataFrame,
     layout: ProfileLayout,
     counted: CollectedAggregates,
-) -> CollectedAggregates:
+) -> tuple[CollectedAggregates, list[dict]]:
     """Count-of-counts of the sampled rows, scaled up; exact totals and HLL distinct counts (per
-    table: the union of its features' sketches)."""
+    table: the union of its features' sketches); and each feature's sketches as collected."""
     bits, shared = layout.sample_bits, sorted(layout.shared_tables)
     ids = agg.where(F.col("kind") == RecordKind.ID.value).join(F.broadcast(conf.select("f", "t")), "f")
     sampled = ids.where(F.col("key") >= 0).select(
@@ -450,10 +493,14 @@ def _sketched_distributions(
         )
         for j, (ids_, rows) in estimates("t").items()
     }
-    return dataclasses.replace(
-        counted,
-        feature_coc=feature_coc,
-        table_coc=table_coc,
-        feature_totals=feature_totals,
-        table_totals=table_totals,
+    kept = [{"feature": layout.features[f].name, "ids": ids_, "rows": rows} for f, _, ids_, rows in collected]
+    return (
+        dataclasses.replace(
+            counted,
+            feature_coc=feature_coc,
+            table_coc=table_coc,
+            feature_totals=feature_totals,
+            table_totals=table_totals,
+        ),
+        kept,
     )

@@ -73,6 +73,10 @@ TABLES: dict[str, list[tuple[str, str]]] = {
     # optional: access count of every id of every feature (key: the id as hashed to its row, so
     # row = key mod hash_size); what `recshard window` merges days from
     "id_counts": [("feature", "string"), ("key", "bigint"), ("access_count", "bigint")],
+    # approximate mode's instead: each feature's accesses of each sampled row (row -1: all rows
+    # outside the sample), and its HLL sketches of ids and (sampled tables) rows
+    "sampled_row_counts": [("feature", "string"), ("row", "bigint"), ("access_count", "bigint")],
+    "sketches": [("feature", "string"), ("ids", "binary"), ("rows", "binary")],
 }
 
 SMALL_TABLES = ("features", "tables", "pooling_histogram", "count_of_counts", "access_cdf", "rejects")
@@ -87,6 +91,7 @@ def spark_schema(name: str):
         "int": T.IntegerType(),
         "double": T.DoubleType(),
         "array<string>": T.ArrayType(T.StringType(), False),
+        "binary": T.BinaryType(),
     }
     return T.StructType([T.StructField(c, simple[t], True) for c, t in TABLES[name]])
 
@@ -100,6 +105,7 @@ def arrow_schema(name: str):
         "int": pa.int32(),
         "double": pa.float64(),
         "array<string>": pa.list_(pa.field("element", pa.string(), nullable=False)),
+        "binary": pa.binary(),
     }  # as Spark writes it
     return pa.schema([(c, simple[t]) for c, t in TABLES[name]])
 
@@ -164,5 +170,7 @@ class StatsMetadata:
     # feature -> its outlying largest pooling factor
     pooling_outliers: dict = dataclasses.field(default_factory=dict)
     ignored_files: tuple[str, ...] = ()  # input files whose names say they are not logs (README, *.json, ...)
-    id_counts: bool = False  # the partition has id_counts (a window can merge it)
+    # the partition has what a window merges: id_counts (exact), or sampled_row_counts and
+    # sketches (approximate)
+    id_counts: bool = False
     window: WindowMetadata | None = None  # set on a window partition (`recshard window`)

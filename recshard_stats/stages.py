@@ -138,11 +138,18 @@ def merge_window(spark, options: WindowOptions, model=None) -> str:
 
     from recshard_stats.config import load_model_config
     from recshard_stats.hashing import SEED
-    from recshard_stats.profile_assembly import pooling_outliers
-    from recshard_stats.profiler import profile_records
+    from recshard_stats.options import SketchOptions
+    from recshard_stats.profile_assembly import ProfileLayout, pooling_outliers
+    from recshard_stats.profiler import merge_sketched, profile_records
     from recshard_stats.schemas import StatsMetadata, WindowMetadata
     from recshard_stats.stats_output import publish_profile
-    from recshard_stats.window import check_mergeable, find_days, merge_layout, window_records
+    from recshard_stats.window import (
+        check_mergeable,
+        find_days,
+        merge_layout,
+        sketched_window,
+        window_records,
+    )
 
     model = model or load_model_config(options.model)
     ds = options.partition_ds
@@ -152,18 +159,30 @@ def merge_window(spark, options: WindowOptions, model=None) -> str:
     if window.missing:
         log.warning("window ending %s: no stats for %s", ds, ", ".join(window.missing))
     log.info("window ending %s: merging %d days (%s)", ds, len(window.found), ", ".join(window.days))
-    layout = merge_layout(model)
-    result = profile_records(
-        spark,
-        window_records(spark, window, layout, options.half_life_days),
-        layout,
-        cdf_points=options.cdf_points,
-        with_row_counts=True,
-        with_id_counts=True,
-        max_reject_fraction=1.0,  # each day was held to its own limit
-        sketch=None,
-    )
     days = [p.metadata for p in window.found]
+    approximate = days[0].approximate
+    if approximate is None:
+        layout = merge_layout(model)
+        result = profile_records(
+            spark,
+            window_records(spark, window, layout, options.half_life_days),
+            layout,
+            cdf_points=options.cdf_points,
+            with_row_counts=True,
+            with_id_counts=True,
+            max_reject_fraction=1.0,  # each day was held to its own limit
+            sketch=None,
+        )
+    else:
+        if options.half_life_days is not None:
+            raise RecShardError(
+                Reason.CONFIG_INVALID,
+                "--half-life needs exactly profiled days: HLL sketches of approximate days merge only unweighted",
+                fixes=("leave --half-life out", "profile the days exactly (without --approximate)"),
+            )
+        sketch = SketchOptions(approximate.hll_lg_config_k, approximate.row_sample_bits)
+        layout = ProfileLayout.of(model, sketch)
+        result = merge_sketched(spark, *sketched_window(spark, window, layout), layout, options.cdf_points)
     metadata = StatsMetadata(
         ds=ds,
         created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(),
@@ -179,9 +198,9 @@ def merge_window(spark, options: WindowOptions, model=None) -> str:
         hash_functions={t.name: t.hash for t in model.tables},
         hash_seed=SEED,
         cdf_points=options.cdf_points,
-        row_counts=True,
+        row_counts=approximate is None,
         id_counts=True,
-        approximate=None,
+        approximate=approximate,
         spark_version=pyspark.__version__,
         model=model.to_dict(),
         model_digest=model.digest(),
@@ -443,11 +462,16 @@ def check_drift(spark, options: DriftOptions) -> pathlib.Path:
         return out
     reference = load_stats(options.reference)
     for part in (day, reference):
-        if not part.metadata.id_counts:
+        if not part.metadata.id_counts or part.metadata.approximate is not None:
             raise RecShardError(
                 Reason.STATS_INVALID,
-                f"{part.path} has no per-id counts to compare",
-                fixes=("profile the day with --id-counts (a window partition has them)",),
+                f"{part.path} has no per-id counts to compare"
+                + (
+                    " (an approximate profile keeps sampled rows, not ids)"
+                    if part.metadata.approximate
+                    else ""
+                ),
+                fixes=("profile the day exactly with --id-counts (a window of such days has them)",),
             )
     model = ModelConfig.from_dict(day.metadata.model, f"{day.path}: metadata.json model")
     check_profiled_with(reference, model)

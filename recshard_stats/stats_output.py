@@ -93,6 +93,15 @@ def publish_profile(
         if result.id_counts is not None:
             log.info("writing per-id access counts")
             result.id_counts.write.mode("error").parquet(f"{tmp}/id_counts")
+        if result.sampled_row_counts is not None and result.sketches is not None:
+            log.info("writing sampled rows' access counts and the HLL sketches")
+            result.sampled_row_counts.write.mode("error").parquet(f"{tmp}/sampled_row_counts")
+            (
+                spark.createDataFrame(result.sketches, spark_schema("sketches"))
+                .coalesce(1)
+                .write.mode("error")
+                .parquet(f"{tmp}/sketches")
+            )
         fs.write_text(f"{tmp}/metadata.json", json.dumps(to_plain(metadata), indent=2, sort_keys=True))
         fs.write_text(f"{tmp}/_SUCCESS", "")
         # Replace an earlier run of the same day: move it aside first so the target is never

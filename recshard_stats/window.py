@@ -98,12 +98,21 @@ def check_mergeable(window: WindowDays, model: ModelConfig) -> None:
     sizes = {t.name: t.hash_size for t in model.tables}
     for part in window.found:
         meta, where = part.metadata, f"day {part.metadata.ds} ({part.path})"
-        if meta.approximate is not None or not meta.id_counts:
+        if not meta.id_counts:
             raise RecShardError(
                 Reason.STATS_INVALID,
-                f"{where} has no per-id counts to merge"
-                + (" (an approximate profile)" if meta.approximate is not None else ""),
-                fixes=("profile that day again with --id-counts (exact mode)",),
+                f"{where} has no per-id counts to merge",
+                fixes=("profile that day again with --id-counts",),
+            )
+        first = window.found[0].metadata.approximate
+        if meta.approximate != first:
+            raise RecShardError(
+                Reason.STATS_INVALID,
+                f"{where} was profiled "
+                + (f"approximately ({meta.approximate})" if meta.approximate else "exactly")
+                + f", day {window.found[0].metadata.ds} "
+                + (f"approximately ({first})" if first else "exactly"),
+                fixes=("profile the window's days the same way (exact, or with the same sketch settings)",),
             )
         if meta.hash_seed != SEED:
             raise RecShardError(
@@ -183,9 +192,7 @@ def window_records(
         )
         small = spark.createDataFrame(_small_records(part, layout), "code int, key bigint, count bigint")
         frames += [ids, small.withColumn("w", weight)]
-    records = frames[0]
-    for frame in frames[1:]:
-        records = records.unionByName(frame)
+    records = _union(frames)
     if half_life_days is None:
         return records.drop("w")
     return (
@@ -193,6 +200,42 @@ def window_records(
         .agg(F.round(F.sum(F.col("count") * F.col("w"))).cast("bigint").alias("count"))
         .where(F.col("count") > 0)
     )
+
+
+def sketched_window(
+    spark: SparkSession, window: WindowDays, layout: ProfileLayout
+) -> tuple[DataFrame, DataFrame]:
+    """Approximate days: their records ``(code, key, count)`` (ids: each sampled row's accesses,
+    row -1 the rest) and their HLL sketches ``(code, ids, rows)``, for
+    :func:`recshard_stats.profiler.merge_sketched` (which sums and unions them)."""
+    from recshard_stats.spark_io import local_uri
+
+    codes = spark.createDataFrame(
+        [(f.name, record_code(RecordKind.ID, f.index)) for f in layout.features], "feature string, code int"
+    )
+    records, sketches = [], []
+    for part in window.found:
+        records.append(
+            spark.read.parquet(local_uri(part.path / "sampled_row_counts"))
+            .join(F.broadcast(codes), "feature")
+            .select("code", F.col("row").alias("key"), F.col("access_count").alias("count"))
+        )
+        records.append(
+            spark.createDataFrame(_small_records(part, layout), "code int, key bigint, count bigint")
+        )
+        sketches.append(
+            spark.read.parquet(local_uri(part.path / "sketches"))
+            .join(F.broadcast(codes), "feature")
+            .drop("feature")
+        )
+    return _union(records), _union(sketches)
+
+
+def _union(frames: list[DataFrame]) -> DataFrame:
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.unionByName(frame)
+    return out
 
 
 def merge_layout(model: ModelConfig) -> ProfileLayout:

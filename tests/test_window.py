@@ -124,3 +124,66 @@ def test_days_that_cannot_be_merged_are_named(days, tmp_path):
     other = write_yaml(tmp_path / "rehashed.yaml", rehashed)
     with pytest.raises(RecShardError, match=r"day 2026-12-01 .* another model config: table 't_user'"):
         merge(other, root / "stats", tmp_path / "w", "2026-12-03", days=3)
+
+
+@pytest.fixture(scope="module")
+def approximate_days(days):
+    """The three days profiled approximately, with what a window merges (sampled rows, sketches)."""
+    spec, logs, root = days
+    for ds in DAYS:
+        run_profile(spec, logs[ds], root / "approx", ds, "--approximate", "--id-counts", "--cdf-points", "40")
+    return spec, logs, root
+
+
+def test_a_window_of_approximate_days_unions_their_sketches(approximate_days):
+    """Counts, coverage and pooling exact (the small tables keep every row); distinct ids across
+    days (the days' HLL sketches unioned) within the HLL bound of plain Python's count over all
+    days."""
+    spec, logs, root = approximate_days
+    model = load_model_config(spec)
+    window = merge(spec, root / "approx", root / "approx-windows", "2026-12-03", days=3, cdf_points=40)
+    assert window.metadata.approximate is not None and not window.metadata.row_counts
+    keys = [parquet_keys(logs[ds], model) for ds in DAYS]
+    merged = {f.name: [s for day in keys for s in day[f.name]] for f in model.features}
+    whole = load_stats(
+        run_profile(
+            spec,
+            [logs[ds] for ds in DAYS],
+            root / "approx-all",
+            "2026-12-03",
+            "--approximate",
+            "--cdf-points",
+            "40",
+        )
+    )
+    bound = window.metadata.approximate.distinct_count_error_bound_99_7
+    features = {r["feature"]: r for r in window.rows("features")}
+    at_once = {r["feature"]: r for r in whole.rows("features")}
+    for feature in model.features:
+        ref = feature_reference(merged[feature.name], model.table_of(feature.name).hash_size)
+        row = features[feature.name]
+        for key in ("num_samples", "present_samples", "pf_max", "pf_p99", "total_accesses"):
+            assert row[key] == ref[key], (feature.name, key)
+        assert abs(row["unique_raw_ids"] - ref["unique_raw_ids"]) <= bound * ref["unique_raw_ids"]
+        # close to one approximate profile of all the logs (a union estimates as a merged sketch
+        # does, not always to the id)
+        assert (
+            abs(row["unique_raw_ids"] - at_once[feature.name]["unique_raw_ids"])
+            <= bound * ref["unique_raw_ids"]
+        )
+        coc = window.count_of_counts("feature", feature.name)
+        assert dict(zip(coc.counts.tolist(), coc.rows.tolist(), strict=True)) == ref["count_of_counts"]
+    with pytest.raises(RecShardError, match=r"--half-life needs exactly profiled days"):
+        merge(spec, root / "approx", root / "approx-windows", "2026-12-03", days=3, half_life_days=2.0)
+
+
+def test_exact_and_approximate_days_do_not_mix(approximate_days, tmp_path):
+    import shutil
+
+    spec, _, root = approximate_days
+    shutil.copytree(root / "approx" / "ds=2026-12-01", tmp_path / "mixed" / "ds=2026-12-01")
+    shutil.copytree(root / "stats" / "ds=2026-12-02", tmp_path / "mixed" / "ds=2026-12-02")
+    with pytest.raises(
+        RecShardError, match=r"day 2026-12-02 .* was profiled exactly, day 2026-12-01 approximately"
+    ):
+        merge(spec, tmp_path / "mixed", tmp_path / "w", "2026-12-02", days=2)
