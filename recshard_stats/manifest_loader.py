@@ -215,11 +215,11 @@ def with_hbm_changes(diff: PlanDiff, new: ManifestFile, old: ManifestFile) -> Pl
     changes = {c.name: c for c in diff.tables}
     out = []
     for t in new.manifest.tables:
-        before = old.tables.get(t.name)
         change = changes.get(t.name)
-        now_rows, then_rows = new.hbm_rows(t.name), old.hbm_rows(t.name) if before is not None else None
+        now_rows = new.hbm_rows(t.name)
+        then_rows = old.hbm_rows(t.name) if t.name in old.tables else None
         entering = leaving = None
-        if now_rows is not None and before is not None and then_rows is not None:
+        if now_rows is not None and then_rows is not None:
             entering = int(np.setdiff1d(now_rows, then_rows, assume_unique=True).size)
             leaving = int(np.setdiff1d(then_rows, now_rows, assume_unique=True).size)
         if change is None:

@@ -172,11 +172,10 @@ def publish_if_better(
     )
     with output_lock(root / "_lock-publish", f"recshard publish of {loaded.manifest.ds}", wait_s=60):
         published, broken = None, None
-        if (root / LATEST_NAME).is_file():
-            try:
-                published = load_latest(root)
-            except RecShardError as exc:  # a published plan that no longer loads is replaced
-                broken = exc.message
+        try:
+            published = load_published(root)
+        except RecShardError as exc:  # a published plan that no longer loads is replaced
+            broken = exc.message
         decision = decide(
             loaded,
             published,
@@ -251,6 +250,12 @@ def load_latest(root: str | os.PathLike, model=None) -> ManifestFile:
     return _load_pointed(
         root, _read_json(pointer_path, LatestPointer, "a latest pointer"), model, pointer_path
     )
+
+
+def load_published(root: str | os.PathLike, model=None) -> ManifestFile | None:
+    """The manifest published under ``root`` (:func:`load_latest`), or None when nothing is
+    published there yet (no ``latest.json``)."""
+    return load_latest(root, model) if (pathlib.Path(root) / LATEST_NAME).is_file() else None
 
 
 def _load_pointed(root: pathlib.Path, pointer: LatestPointer, model, where: pathlib.Path) -> ManifestFile:

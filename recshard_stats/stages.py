@@ -354,9 +354,7 @@ def replay_logs(spark, options: ReplayOptions) -> pathlib.Path:
         (out.parent / PUBLISHED_EVALUATION_NAME).unlink(missing_ok=True)
     try:
         for plan, target in plans:
-            placement = spark.createDataFrame(
-                placements(plan.manifest), "plan string, table string, rows_hbm bigint, unseen_below bigint"
-            )
+            placement = placement_frame(spark, placements(plan.manifest))
             hits = {
                 (r["plan"], r["table"]): r.asDict()
                 for r in tier_hits(
@@ -384,21 +382,22 @@ def replay_logs(spark, options: ReplayOptions) -> pathlib.Path:
 def _published_alike(root, manifest):
     """The manifest published under ``root`` when it was made for the same model and hardware
     (else None: the publish decision replaces it without a comparison)."""
-    from recshard_stats.manifest_loader import load_manifest
-    from recshard_stats.manifest_publisher import LATEST_NAME, load_latest
+    from recshard_stats.manifest_publisher import load_published
 
-    if root is None or not (pathlib.Path(root) / LATEST_NAME).is_file():
+    if root is None:
         return None
     try:
-        published = load_latest(root)
+        published = load_published(root)
     except RecShardError as exc:
         log.warning("the published plan does not load (%s): not replayed", exc.message)
+        return None
+    if published is None:
         return None
     now, then = manifest.inputs, published.manifest.inputs
     if (now.model_digest, now.hardware_digest) != (then.model_digest, then.hardware_digest):
         log.info("the published plan was made for another model or hardware config: not replayed")
         return None
-    return load_manifest(published.path, require_remap=True)
+    return published
 
 
 def _counted_hbm_changes(diff, new):
@@ -414,6 +413,12 @@ def _counted_hbm_changes(diff, new):
         )
         return diff
     return with_hbm_changes(diff, new, old)
+
+
+def placement_frame(spark, rows):
+    """The placements a replay measures (:func:`recshard_stats.replay.placements`) as the frame
+    :func:`~recshard_stats.replay.tier_hits` joins."""
+    return spark.createDataFrame(rows, "plan string, table string, rows_hbm bigint, unseen_below bigint")
 
 
 def remap_frame(spark, loaded):
@@ -444,7 +449,7 @@ def check_drift(spark, options: DriftOptions) -> pathlib.Path:
         unmeasured,
     )
     from recshard_stats.manifest_loader import load_manifest
-    from recshard_stats.manifest_publisher import LATEST_NAME, load_latest
+    from recshard_stats.manifest_publisher import load_published
     from recshard_stats.replay import RECSHARD, placements, tier_hits
     from recshard_stats.stats_reader import check_profiled_with, load_stats
     from recshard_stats.typed_json import to_plain
@@ -479,18 +484,15 @@ def check_drift(spark, options: DriftOptions) -> pathlib.Path:
     reference_ids = spark.read.parquet(local_uri(reference.path / "id_counts"))
     id_drift = {r["feature"]: r.asDict() for r in new_ids(spark, day_ids, reference_ids).collect()}
     hbm = predicted = loaded = None
-    if options.published_root is not None and (pathlib.Path(options.published_root) / LATEST_NAME).is_file():
-        loaded = load_latest(options.published_root)
+    if options.published_root is not None:
+        loaded = load_published(options.published_root)
     elif options.manifest:
         loaded = load_manifest(options.manifest, model, require_remap=True)
     if loaded is not None and {t.name for t in loaded.manifest.tables} != {t.name for t in model.tables}:
         log.warning("drift: the published plan %s has other tables than the day: not replayed", loaded.path)
         loaded = None
     if loaded is not None:
-        placement = spark.createDataFrame(
-            [p for p in placements(loaded.manifest) if p[0] == RECSHARD],
-            "plan string, table string, rows_hbm bigint, unseen_below bigint",
-        )
+        placement = placement_frame(spark, [p for p in placements(loaded.manifest) if p[0] == RECSHARD])
         rows = table_row_counts(spark, day_ids, model)
         hbm = {
             r["table"]: (r["accesses"], r["hbm_accesses"])

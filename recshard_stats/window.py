@@ -93,9 +93,11 @@ def day_weights(days: tuple[str, ...], last: str, half_life_days: float | None) 
 
 
 def check_mergeable(window: WindowDays, model: ModelConfig) -> None:
-    """Every day was profiled exactly, with per-id counts, by this model (tables, features,
-    hashes, hash sizes) and this hash seed; the first day that was not is named."""
+    """Every day was profiled with what a window merges, the same way (exactly, or with the same
+    sketch settings), by this model (tables, features, hashes, hash sizes), with this hash seed
+    and at one sample fraction; the first day that was not is named."""
     sizes = {t.name: t.hash_size for t in model.tables}
+    first = window.found[0].metadata.approximate
     for part in window.found:
         meta, where = part.metadata, f"day {part.metadata.ds} ({part.path})"
         if not meta.id_counts:
@@ -104,7 +106,6 @@ def check_mergeable(window: WindowDays, model: ModelConfig) -> None:
                 f"{where} has no per-id counts to merge",
                 fixes=("profile that day again with --id-counts",),
             )
-        first = window.found[0].metadata.approximate
         if meta.approximate != first:
             raise RecShardError(
                 Reason.STATS_INVALID,
@@ -179,9 +180,7 @@ def window_records(
     from recshard_stats.spark_io import local_uri
 
     weights = day_weights(window.days, window.last, half_life_days)
-    codes = spark.createDataFrame(
-        [(f.name, record_code(RecordKind.ID, f.index)) for f in layout.features], "feature string, code int"
-    )
+    codes = _feature_codes(spark, layout)
     frames = []
     for part in window.found:
         weight = F.lit(weights[part.metadata.ds])
@@ -210,9 +209,7 @@ def sketched_window(
     :func:`recshard_stats.profiler.merge_sketched` (which sums and unions them)."""
     from recshard_stats.spark_io import local_uri
 
-    codes = spark.createDataFrame(
-        [(f.name, record_code(RecordKind.ID, f.index)) for f in layout.features], "feature string, code int"
-    )
+    codes = _feature_codes(spark, layout)
     records, sketches = [], []
     for part in window.found:
         records.append(
@@ -229,6 +226,13 @@ def sketched_window(
             .drop("feature")
         )
     return _union(records), _union(sketches)
+
+
+def _feature_codes(spark: SparkSession, layout: ProfileLayout) -> DataFrame:
+    """(feature, code): each feature's name with the code of its id records."""
+    return spark.createDataFrame(
+        [(f.name, record_code(RecordKind.ID, f.index)) for f in layout.features], "feature string, code int"
+    )
 
 
 def _union(frames: list[DataFrame]) -> DataFrame:

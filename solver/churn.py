@@ -9,8 +9,6 @@ import numpy as np
 from recshard_stats.manifest import Manifest
 from recshard_stats.solver.problem import Problem, TableDemand
 
-GIB = 2**30
-
 
 def previous_ranks(problem: Problem, previous: Manifest) -> tuple[tuple[int, ...] | None, ...]:
     """Per model table, the GPUs of its column shards in the previous plan (None: the previous
@@ -19,8 +17,9 @@ def previous_ranks(problem: Problem, previous: Manifest) -> tuple[tuple[int, ...
     out: list[tuple[int, ...] | None] = []
     for t in problem.tables:
         old = before.get(t.name)
-        same = old is not None and (old.hash_size, old.dim) == (t.hash_size, t.dim)
-        out.append(old.ranks if same and old is not None else None)
+        out.append(
+            old.ranks if old is not None and (old.hash_size, old.dim) == (t.hash_size, t.dim) else None
+        )
     return tuple(out)
 
 

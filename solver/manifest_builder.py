@@ -277,15 +277,16 @@ def previous_plan(where, hardware: HardwareConfig) -> ManifestFile | None:
     """The plan in service at ``where`` (a manifest, its directory, or a root holding latest.json;
     None: nothing published there yet, or a plan for another number of GPUs, whose ranks are not
     these)."""
-    from recshard_stats.manifest_loader import load_manifest
-    from recshard_stats.manifest_publisher import LATEST_NAME, load_latest
+    from recshard_stats.manifest_loader import MANIFEST_NAME, load_manifest
+    from recshard_stats.manifest_publisher import load_published
 
     if where is None:
         return None
     path = pathlib.Path(where)
-    if path.is_dir() and (path / LATEST_NAME).is_file():
-        loaded = load_latest(path)
-    elif not path.exists() or (path.is_dir() and not (path / "manifest.json").is_file()):
+    published = load_published(path) if path.is_dir() else None
+    if published is not None:
+        loaded = published
+    elif not path.exists() or (path.is_dir() and not (path / MANIFEST_NAME).is_file()):
         # a manifests root before its first publish (the daily DAG's first day)
         log.warning("--previous %s: no plan published there yet, so no diff and no cap on moves", path)
         return None

@@ -15,7 +15,7 @@ from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.manifest import Manifest, MilpStatus, PlanSource
 from recshard_stats.options import SolveOptions
 from recshard_stats.solver.baselines import all_baselines
-from recshard_stats.solver.churn import GIB, moved_bytes, previous_ranks
+from recshard_stats.solver.churn import moved_bytes, previous_ranks
 from recshard_stats.solver.column_split import (
     TableShards,
     cut_ladder,
@@ -31,7 +31,7 @@ from recshard_stats.solver.milp import BUILD_PAIRS_PER_SECOND, CutPlan, MilpResu
 from recshard_stats.solver.plan import Plan, PlanCost, cost_plan, violations
 from recshard_stats.solver.problem import Problem
 from recshard_stats.solver.waterfill import lower_bound, split_assignment
-from recshard_stats.units import MS_PER_S
+from recshard_stats.units import GIB, MS_PER_S
 
 if TYPE_CHECKING:
     from recshard_stats.torchrec_planner import TorchRecBaseline, TorchRecRating

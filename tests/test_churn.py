@@ -208,7 +208,9 @@ def test_a_trained_collection_carried_to_the_new_plan_computes_what_it_did(two_p
     assert sorted(delta) == sorted(n for n in same if then[n].ranks != now[n].ranks)
     assert sorted(rebuilt) == sorted(n for n in now if n not in same)
     assert all(delta[n].ranks == list(now[n].ranks) for n in delta)
-    assert volume >= 0
+    # its data volume: the moved parts' rows x columns, as float32, in MB (TorchRec's own unit)
+    moved_elements = sum(now[n].rows * new.table(now[n].table).dim for n in delta)
+    assert volume == pytest.approx(moved_elements * 4 / 2**20) and (volume > 0) == bool(delta)
 
 
 def test_a_root_with_nothing_published_gives_no_diff(two_plans):
