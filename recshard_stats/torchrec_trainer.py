@@ -25,7 +25,9 @@
 - Applying a new plan to a trained model (a manifest's ``diff``): :func:`sharding_plan_delta`
   (the parts that only move, as ``DistributedModelParallel.reshard`` takes them, and the parts
   whose shape changed) and :func:`reshard_rows` / :func:`reshard_state_dict` (weights and
-  row-wise optimizer state from the old row order and parts to the new).
+  row-wise optimizer state from the old row order and parts to the new);
+  :func:`reshard_in_place` runs ``DistributedModelParallel.reshard`` with that delta on a live
+  model when only moves are asked of it.
 
 On CPU, TorchRec runs the ``fused`` kernel only: ``sharding_plan(..., device_type="cpu")`` maps
 every kernel to it (the placement is the same); ``fused_uvm`` and the HBM/UVM split need GPUs.
@@ -39,6 +41,7 @@ import numpy as np
 import torch
 from torch import nn
 from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor, KeyedTensor, PoolingType
+from torchrec.distributed.model_parallel import DistributedModelParallel
 from torchrec.distributed.planner.types import ParameterConstraints
 from torchrec.distributed.sharding.dynamic_sharding import output_sharding_plan_delta_single
 from torchrec.distributed.sharding_plan import column_wise, construct_module_sharding_plan, table_wise
@@ -288,7 +291,6 @@ def distributed_model_parallel(
     and :func:`check_world_size` (``env``: a TorchRec ``ShardingEnv``, default the world group).
     On a CPU ``device`` every kernel is ``fused``."""
     import torch.distributed as dist
-    from torchrec.distributed.model_parallel import DistributedModelParallel
     from torchrec.distributed.types import ShardingEnv
 
     manifest = loaded.manifest
@@ -303,8 +305,7 @@ def distributed_model_parallel(
     check_world_size(manifest, env.world_size)
     collection = check_collection(model, manifest, module_path, split=split)
     check_optimizer(collection, manifest)
-    if isinstance(model.get_submodule(module_path), StaticSplitEmbeddingBagCollection):
-        module_path = f"{module_path}.collection" if module_path else "collection"
+    module_path = _collection_path(model, module_path)
     if device is None:
         device = (
             torch.device("cuda", torch.cuda.current_device())
@@ -321,6 +322,13 @@ def distributed_model_parallel(
         module=collection,
     )
     return DistributedModelParallel(model, env=env, plan=plan, device=device, **dmp_kwargs)
+
+
+def _collection_path(model: nn.Module, module_path: str) -> str:
+    """The path of the EmbeddingBagCollection TorchRec shards: a static split's ``collection``."""
+    if isinstance(model.get_submodule(module_path), StaticSplitEmbeddingBagCollection):
+        return f"{module_path}.collection" if module_path else "collection"
+    return module_path
 
 
 def _layout(ranks: tuple[int, ...], kernel: str):
@@ -632,6 +640,64 @@ def sharding_plan_delta(
         return_data_volume=True,
     )
     return volume, delta, tuple(n for n in shapes[1] if n not in same)
+
+
+# what each rank hashes to compare its Python hash seed with the others'
+_HASH_PROBE = ("recshard", "p2p-tag")
+
+
+def reshard_in_place(dmp: DistributedModelParallel, old: Manifest, new: Manifest, module_path: str) -> float:
+    """Apply the new plan to a live ``DistributedModelParallel`` built from the old one (by
+    :func:`distributed_model_parallel` with the same ``module_path``): TorchRec's
+    ``DistributedModelParallel.reshard`` with :func:`sharding_plan_delta`'s delta, weights and
+    fused optimizer state sent from rank to rank. Returns the MB TorchRec moved (0 when nothing
+    moves). Every rank calls it. Refused, before anything is sent, when a part changes shape
+    (HBM rows moved between the tiers: build the model anew with :func:`reshard_state_dict`),
+    when the model has no dense parameters (TorchRec's reshard reads the DDP wrapper DMP adds
+    around them), and on gloo when the ranks' Python hash seeds differ: TorchRec tags its
+    point-to-point messages with ``hash()`` of a tuple holding the table's name, which gloo
+    matches, so the ranks would wait for each other forever."""
+    import os
+
+    import torch.distributed as dist
+
+    module_path = _collection_path(dmp.module, module_path)
+    volume, delta, rebuilt = sharding_plan_delta(old, new, module_path, device_type=dmp.device.type)
+    if rebuilt:
+        raise RecShardError(
+            Reason.MANIFEST_MISMATCH,
+            f"the new plan changes the shape of {len(rebuilt)} part(s) ({', '.join(rebuilt[:5])}"
+            f"{', ...' if len(rebuilt) > 5 else ''}): HBM rows moved between the tiers, which "
+            "resharding in place cannot do",
+            fixes=(
+                "carry the weights with reshard_state_dict and build the model from the new "
+                "manifest with distributed_model_parallel",
+                "restore a sharded checkpoint under the new plan (torchrec_checkpoint)",
+            ),
+        )
+    if not delta:
+        return 0.0
+    if not hasattr(dmp._dmp_wrapped_module, "module"):  # TorchRec's reshard reads it
+        raise RecShardError(
+            Reason.MANIFEST_MISMATCH,
+            "TorchRec's DistributedModelParallel.reshard needs the DDP wrapper DMP puts around "
+            "dense parameters, and this model has none",
+            fixes=("reshard a model with its dense layers", "build the model anew from the new manifest"),
+        )
+    if dist.get_backend() == "gloo":
+        seeds: list[int | None] = [None] * dist.get_world_size()
+        dist.all_gather_object(seeds, hash(_HASH_PROBE))
+        if len(set(seeds)) > 1:
+            raise RecShardError(
+                Reason.MANIFEST_MISMATCH,
+                "the ranks hash strings differently (PYTHONHASHSEED "
+                f"{os.environ.get('PYTHONHASHSEED', 'unset')!r} here): TorchRec's reshard tags its "
+                "gloo messages with hash() of the table names, so no rank's message would match",
+                fixes=(
+                    "launch every rank with the same PYTHONHASHSEED (e.g. PYTHONHASHSEED=0 torchrun ...)",
+                ),
+            )
+    return float(dmp.reshard({module_path: (volume, delta)}, module_path))
 
 
 class ProfiledCacheStatistics(CacheStatistics):
