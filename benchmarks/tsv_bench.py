@@ -12,7 +12,8 @@ Timed one after another, each alone, in one Spark session warmed up on the first
 - handwritten: ``spark.read.text`` + ``split`` + ``stack`` of C1..C26 + ``groupBy(feature,
   id).count()``, to Parquet: the counting a data engineer writes by hand;
 - profile: ``recshard profile`` as the CLI runs it (every statistic, rejects checked, atomic
-  output), in this session;
+  output), in this session: pyarrow parses the files in the tasks (the default), and with
+  ``--parquet-reader spark`` (Spark's text reader and the normalized frame, the path before);
 - CLI: the same profile from the shell (a fresh JVM);
 - DuckDB, outside Spark on the same files: ``read_csv`` + ``UNPIVOT`` + ``GROUP BY``, to Parquet.
 
@@ -48,7 +49,7 @@ def write_logs(source: pathlib.Path, lines: int, out: pathlib.Path) -> None:
         f"CREATE TABLE sample AS SELECT row_number() OVER () - 1 AS n, * FROM read_csv('{source}', "
         f"delim='\t', header=false, quote='', escape='', columns={{{types}}})"
     )
-    size = con.execute("SELECT count(*) FROM sample").fetchone()[0]
+    (size,) = con.execute("SELECT count(*) FROM sample").fetchall()[0]
     shifted = [
         f"CASE WHEN coalesce({c}, '') = '' THEN '' ELSE lpad(lower(printf('%x', "
         f"(('0x' || {c})::UBIGINT + (c_copy * 2654435761 + {k}) % 4294967296) % 4294967296)), 8, '0') END"
@@ -98,9 +99,13 @@ def main() -> None:
         stacked = split.selectExpr(f"stack({len(SPARSE)}, {pairs}) AS (f, id)")
         stacked.where(F.col("id") != "").groupBy("f", "id").count().write.mode("overwrite").parquet(out)
 
-    def profile(source, out):
+    def profile(source, out, reader="arrow"):
         argv = ["profile", "--model", str(MODEL), "--input", source, "--out", out, "--ds", "2026-12-01"]
+        argv += ["--parquet-reader", reader]
         profile_logs(spark, from_args(ProfileOptions, build_parser().parse_args(argv)))
+
+    def spark_reader(source, out):
+        profile(source, out, "spark")
 
     def cli(source, out):
         command = [str(pathlib.Path(sys.executable).with_name("recshard")), "profile", "--model", str(MODEL)]
@@ -127,9 +132,15 @@ def main() -> None:
             f"INTO NAME f VALUE id) WHERE id <> '' GROUP BY f, id) TO '{out}' (FORMAT parquet)"
         )
 
-    jobs = {"handwritten": handwritten, "profile": profile, "CLI": cli, "duckdb": with_duckdb}
+    jobs = {
+        "handwritten": handwritten,
+        "profile": profile,
+        "profile, Spark's reader": spark_reader,
+        "CLI": cli,
+        "duckdb": with_duckdb,
+    }
     warm = str(files[0])
-    for name in ("handwritten", "profile"):  # warm the session's JVM on one file
+    for name in ("handwritten", "profile", "profile, Spark's reader"):  # warm the session's JVM
         jobs[name](warm, str(work / f"warm-{name}"))
     times = {}
     for name, job in jobs.items():
@@ -138,11 +149,11 @@ def main() -> None:
         started = time.perf_counter()
         job(str(logs), str(out))
         times[name] = time.perf_counter() - started
-        print(f"{name:<12} {times[name]:7.1f} s", flush=True)
+        print(f"{name:<24} {times[name]:7.1f} s", flush=True)
     print(f"\n{args.lines} Criteo lines, {cores} cores")
-    print(f"{'job':<12} {'seconds':>8} {'/ handwritten':>14}")
+    print(f"{'job':<24} {'seconds':>8} {'/ handwritten':>14}")
     for name, seconds in times.items():
-        print(f"{name:<12} {seconds:8.1f} {seconds / times['handwritten']:14.2f}")
+        print(f"{name:<24} {seconds:8.1f} {seconds / times['handwritten']:14.2f}")
 
 
 if __name__ == "__main__":

@@ -9,12 +9,17 @@ feature``. A record carries an integer ``key``, or the ``text`` of a string or h
 turns it into its key after this step, once per distinct text (pyarrow has neither Spark's
 XXH64 nor base-16 parsing).
 
-Two sources feed the same counter (:class:`PartitionCounter`):
+Three sources feed the same counter (:class:`PartitionCounter`):
 
 - the normalized frame of :mod:`recshard_stats.readers` (any input format, Spark's readers);
 - Parquet files read here with pyarrow (:class:`ParquetFileCounter`): Spark's row-based
   reader and its row -> Arrow conversion cost more than the counting itself (the profile
-  through them takes 2.2-2.9x as long: BENCHMARKS.md, issue 17).
+  through them takes 2.2-2.9x as long: BENCHMARKS.md, issue 17);
+- Criteo TSV files read here with pyarrow's CSV parser, in byte ranges of whole lines
+  (:class:`CriteoTsvCounter`), with the line semantics of Spark's text reader (Hadoop's: a
+  line ends at ``\n``, ``\r\n`` or a lone ``\r``; an empty line is a line, and malformed).
+  Lines of another number of fields are counted and cut out before pyarrow parses the rest
+  (its handler of such rows fails on bytes that are not UTF-8).
 
 Absent values, as in the readers: null and empty strings. In a multi-hot feature a null id
 (an empty string too) is not an id, does not count in the pooling factor, and is reported as a
@@ -33,6 +38,7 @@ import pyarrow.fs
 
 from recshard_stats.record_codes import (
     HEX_PATTERN,
+    INT_PATTERN,
     RecordKind,
     RowOutcome,
     is_multi_hot,
@@ -195,6 +201,144 @@ class ParquetFileCounter:
                 yield batch.num_rows, {f.index: batch.column(f.name).cast(read_as[f.index]) for f in wanted}
         except (pa.ArrowException, OSError) as exc:
             raise RuntimeError(unreadable_file_message(uri, exc)) from None
+
+
+# a task parses this many bytes of TSV at a time (whole lines: a little more)
+TSV_CHUNK_BYTES = 32 << 20
+_LF, _CR, _TAB = 10, 13, 9
+
+
+@dataclasses.dataclass(frozen=True)
+class CriteoTsvCounter:
+    """Picklable: a task's input batches hold its number (column ``id``), ``tasks`` each task's
+    byte ranges ``(uri, start, end)`` of Criteo TSV files; a range holds the lines that start in
+    it. Each line is what :func:`recshard_stats.readers.normalize_criteo_tsv` makes of it: one of
+    exactly ``fields`` tab-separated fields, or malformed (``wrong_field_count``); each feature
+    the field at its ``positions`` entry (hex ids; empty: absent); each field of
+    ``integer_checks`` (position, reject code) a ``not_integer`` reject unless empty or an
+    integer. Fields are read as bytes: a byte that is not UTF-8 makes its value a reject, as
+    Spark's replacement character does."""
+
+    counter: PartitionCounter
+    fields: int
+    positions: tuple[int, ...]  # per counted feature, in the counter's order
+    integer_checks: tuple[tuple[int, int], ...]
+    tasks: tuple[tuple[tuple[str, int, int], ...], ...]
+    chunk_bytes: int  # parsed at a time (TSV_CHUNK_BYTES)
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        pending = _Pending()
+        for batch in batches:
+            for uri, start, end in (r for task in batch.column("id").to_pylist() for r in self.tasks[task]):
+                try:
+                    for data in _line_chunks(uri, start, end, self.chunk_bytes):
+                        self._count(data, pending)
+                        yield from pending.flush_if_full()
+                except (pa.ArrowException, OSError) as exc:
+                    raise RuntimeError(unreadable_file_message(uri, exc)) from None
+        yield from pending.flush()
+
+    def _count(self, data: bytes, pending: _Pending) -> None:
+        import pyarrow.csv as csv
+
+        lines, kept = _lines_of_fields(data, self.fields)
+        pending.tally(record_code(RecordKind.ROW), RowOutcome.MALFORMED, lines - kept)
+        if not kept:
+            return
+        names = [f"f{i}" for i in range(self.fields)]
+        table = csv.read_csv(
+            pa.BufferReader(data if kept == lines else _kept_bytes(data, self.fields)),
+            read_options=csv.ReadOptions(column_names=names, use_threads=False, block_size=16 << 20),
+            parse_options=csv.ParseOptions(
+                delimiter="\t",
+                quote_char=False,
+                escape_char=False,
+                double_quote=False,
+                newlines_in_values=False,
+            ),
+            convert_options=csv.ConvertOptions(
+                column_types=dict.fromkeys(names, pa.binary()),
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+        assert table.num_rows == kept, (table.num_rows, kept)
+        ascii_only = not np.any(np.frombuffer(data, np.uint8) >= 0x80)
+        for position, code in self.integer_checks:
+            column = table.column(position)
+            bad = pc.and_not(pc.not_equal(column, b""), pc.match_substring_regex(column, INT_PATTERN))
+            pending.tally(record_code(RecordKind.REJECT), code, pc.sum(bad).as_py() or 0)
+        columns = {
+            f.index: _as_text(table.column(p).combine_chunks(), ascii_only)
+            for f, p in zip(self.counter.features, self.positions, strict=True)
+        }
+        self.counter.count(table.num_rows, columns, None, None, pending)
+
+
+def _line_tabs(data: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Per line of ``data`` (whole lines): its number of tabs, and its length with its line end.
+    A line ends at ``\n``, ``\r\n`` or a lone ``\r``, as in Hadoop's reader and pyarrow's."""
+    b = np.frombuffer(data, np.uint8)
+    lf = b == _LF
+    lone_cr = b == _CR
+    lone_cr[:-1] &= ~lf[1:]
+    last = np.flatnonzero(lf | lone_cr)  # each line's last byte
+    if len(b) and (not len(last) or last[-1] != len(b) - 1):
+        last = np.append(last, len(b) - 1)  # the file's last line, without a line end
+    per_line = np.bincount(np.searchsorted(last, np.flatnonzero(b == _TAB)), minlength=len(last))
+    return per_line, np.diff(np.concatenate(([-1], last)))
+
+
+def _lines_of_fields(data: bytes, fields: int) -> tuple[int, int]:
+    """(lines, lines of exactly ``fields`` tab-separated fields) in ``data``; an empty line has one."""
+    tabs, _ = _line_tabs(data)
+    return len(tabs), int(np.count_nonzero(tabs == fields - 1))
+
+
+def _kept_bytes(data: bytes, fields: int) -> bytes:
+    """``data`` without its lines of another number of fields (pyarrow would stop at them)."""
+    tabs, lengths = _line_tabs(data)
+    return np.frombuffer(data, np.uint8)[np.repeat(tabs == fields - 1, lengths)].tobytes()
+
+
+def _as_text(column: pa.Array, ascii_only: bool) -> pa.Array:
+    """Bytes -> string for the counter. Values that are not UTF-8 cannot be strings: they become
+    ``?``, which the counter rejects as not hex as it would have the bytes."""
+    if not ascii_only:
+        keep = pc.or_(pc.equal(column, b""), pc.match_substring_regex(column, HEX_PATTERN))
+        column = pc.if_else(keep, column, pa.scalar(b"?"))
+    return column.view(pa.string())
+
+
+def _line_chunks(uri: str, start: int, end: int, chunk_bytes: int) -> Iterator[bytes]:
+    """The lines of a file that start in bytes [start, end), read about ``chunk_bytes`` at a
+    time (whole lines). A line starts at byte 0 and after each ``\n``; ranges and chunks are cut
+    there, so a lone ``\r`` (a line end too) stays inside the bytes pyarrow parses."""
+    filesystem, path = pyarrow.fs.FileSystem.from_uri(arrow_uri(uri))
+    with filesystem.open_input_file(path) as file:
+        size = file.size()
+        stop = _line_start(file, end, size)
+        at = _line_start(file, start, size)
+        while at < stop:
+            upto = min(_line_start(file, at + chunk_bytes, size), stop)
+            file.seek(at)
+            yield file.read(upto - at)
+            at = upto
+
+
+def _line_start(file, position: int, size: int) -> int:
+    """The first byte at or after ``position`` that starts a line (``size`` past the last)."""
+    if position <= 0:
+        return 0
+    at = position - 1
+    while at < size:
+        file.seek(at)
+        block = file.read(1 << 16)
+        found = block.find(b"\n")
+        if found >= 0:
+            return at + found + 1
+        at += len(block)
+    return size
 
 
 def _is_text(arrow_type: pa.DataType) -> bool:

@@ -31,10 +31,9 @@ from pyspark.sql import types as T
 
 from recshard_stats.config import CRITEO_DENSE, CRITEO_SPARSE, ModelConfig
 from recshard_stats.errors import Reason, RecShardError
-from recshard_stats.record_codes import is_multi_hot, reject_code
+from recshard_stats.record_codes import INT_PATTERN, is_multi_hot, reject_code
 
 CRITEO_FIELDS = 1 + len(CRITEO_DENSE) + len(CRITEO_SPARSE)
-INT_PATTERN = "^-?[0-9]{1,18}$"
 
 
 def _empty() -> Column:

@@ -30,6 +30,7 @@ class RowOutcome(enum.IntEnum):
 
 FEATURE_BITS = 16
 HEX_PATTERN = "^[0-9a-fA-F]{1,15}$"  # a hex id: at most 15 digits, so it fits a signed 64-bit key
+INT_PATTERN = "^-?[0-9]{1,18}$"  # a Criteo label or dense value
 REJECT_REASONS = ("null_id", "not_hex", "not_integer", "wrong_field_count", "undecodable")
 REASON_BITS = 8
 

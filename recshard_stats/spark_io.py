@@ -15,7 +15,9 @@ import re
 import sys
 import tempfile
 import time
+from typing import TypeVar
 
+from recshard_stats.config import CRITEO_DENSE, CRITEO_SPARSE
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.options import SparkOptions
 from recshard_stats.record_codes import unreadable_file_in
@@ -348,43 +350,103 @@ def read_partial_counts(
     seed: int = 0,
 ):
     """The logs at ``inputs`` (screened by :func:`screen_inputs`) as the profile's partial counts
-    (:mod:`recshard_stats.partition_counts`). Parquet at full sample is read by pyarrow inside the
-    tasks (``parquet_reader="arrow"``) when pyarrow opens the filesystem; everything else goes
-    through Spark's reader and the normalized frame."""
-    from recshard_stats.partition_counts import RECORD_SCHEMA, PartitionCounter
+    (:mod:`recshard_stats.partition_counts`). At full sample, with ``parquet_reader="arrow"`` and
+    a filesystem pyarrow opens, Parquet and uncompressed Criteo TSV of hex features are read by
+    pyarrow inside the tasks; everything else goes through Spark's reader and the normalized
+    frame."""
+    from recshard_stats import partition_counts
+    from recshard_stats.partition_counts import (
+        RECORD_SCHEMA,
+        CriteoTsvCounter,
+        ParquetFileCounter,
+        PartitionCounter,
+    )
 
     counter = PartitionCounter.of([(f.name, f.type) for f in model.features])
-    if model.input_format == "parquet" and parquet_reader == "arrow" and sample_fraction >= 1:
-        files = _arrow_readable_files(spark, inputs)
-        if files is not None:
-            from recshard_stats.partition_counts import ParquetFileCounter
+    files = _arrow_files(spark, model, inputs) if parquet_reader == "arrow" and sample_fraction >= 1 else None
+    if files is not None:
+        parallelism = spark.sparkContext.defaultParallelism
+        reader: ParquetFileCounter | CriteoTsvCounter
+        if model.input_format == "parquet":
             from recshard_stats.readers import check_parquet_schema
 
             check_parquet_schema(spark.read.parquet(*inputs).schema, model, ", ".join(inputs))
-            tasks = _file_tasks(files, spark.sparkContext.defaultParallelism)
-            # one partition per task, each holding its task's number
-            return spark.range(len(tasks), numPartitions=len(tasks)).mapInArrow(
-                ParquetFileCounter(counter, tasks), RECORD_SCHEMA
+            reader = ParquetFileCounter(counter, _byte_tasks(files, parallelism))
+        else:
+            from recshard_stats.record_codes import reject_code
+
+            columns = ["label", *CRITEO_DENSE, *CRITEO_SPARSE]
+            integer_checks = tuple(
+                (i, reject_code(len(model.features) + i, "not_integer")) for i in range(1 + len(CRITEO_DENSE))
             )
+            positions = tuple(columns.index(f.name) for f in model.features)
+            reader = CriteoTsvCounter(
+                counter,
+                len(columns),
+                positions,
+                integer_checks,
+                _range_tasks(files, parallelism),
+                partition_counts.TSV_CHUNK_BYTES,
+            )
+            log.info(
+                "reading %d Criteo TSV file(s), %.1f MB, with pyarrow in %d tasks",
+                len(files),
+                sum(size for _, size in files) / 1e6,
+                len(reader.tasks),
+            )
+        # one partition per task, each holding its task's number
+        tasks = len(reader.tasks)
+        return spark.range(tasks, numPartitions=tasks).mapInArrow(reader, RECORD_SCHEMA)
     return read_normalized(spark, model, inputs, sample_fraction, seed).mapInArrow(counter, RECORD_SCHEMA)
 
 
-# a task reads about this many bytes of Parquet (more: fewer partial counts to shuffle, more memory per task)
+T = TypeVar("T")
+# a task reads about this many bytes (more: fewer partial counts to shuffle, more memory per task)
 TASK_BYTES = 512 << 20
+# what Spark's text source decompresses by name: such files are read whole, by Spark
+COMPRESSED = re.compile(r"(?i)\.(gz|bz2|deflate|lz4|snappy|zst|zstd|xz|br)$")
 
 
-def _file_tasks(files: list[tuple[str, int]], parallelism: int) -> tuple[tuple[str, ...], ...]:
-    """Files grouped into a multiple of ``parallelism`` tasks of about equal bytes (largest first,
-    each to the lightest task)."""
-    total = sum(size for _, size in files)
-    count = min(len(files), parallelism * max(1, -(-total // (parallelism * TASK_BYTES))))
-    tasks: list[list[str]] = [[] for _ in range(count)]
+def _byte_tasks(items: list[tuple[T, int]], parallelism: int) -> tuple[tuple[T, ...], ...]:
+    """Items (files, or byte ranges of files) with their bytes, grouped into a multiple of
+    ``parallelism`` tasks of about equal bytes (largest first, each to the lightest task)."""
+    total = sum(size for _, size in items)
+    count = min(len(items), parallelism * max(1, -(-total // (parallelism * TASK_BYTES))))
+    tasks: list[list[T]] = [[] for _ in range(count)]
     loads = [0] * count
-    for path, size in sorted(files, key=lambda f: -f[1]):
+    for item, size in sorted(items, key=lambda f: -f[1]):
         lightest = loads.index(min(loads))
-        tasks[lightest].append(path)
+        tasks[lightest].append(item)
         loads[lightest] += size
     return tuple(tuple(task) for task in tasks)
+
+
+def _range_tasks(
+    files: list[tuple[str, int]], parallelism: int
+) -> tuple[tuple[tuple[str, int, int], ...], ...]:
+    """Text files cut into byte ranges (each task's lines are those that start in its ranges) so
+    that one large file still keeps every core busy, then grouped into tasks."""
+    total = sum(size for _, size in files)
+    piece = max(1, min(TASK_BYTES, -(-total // parallelism)))
+    ranges = [
+        ((uri, start, min(start + piece, size)), min(piece, size - start))
+        for uri, size in files
+        for start in range(0, size, piece)
+    ]
+    return _byte_tasks(ranges, parallelism)
+
+
+def _arrow_files(spark, model, inputs: list[str]) -> list[tuple[str, int]] | None:
+    """(uri, bytes) of every data file when pyarrow reads these logs in the tasks: Parquet, or
+    Criteo TSV of hex features (others: Spark's reader keeps its text semantics) that is not
+    compressed, on a filesystem pyarrow opens; else None (logged when the filesystem is why)."""
+    tsv = model.input_format == "criteo_tsv"
+    if not (model.input_format == "parquet" or (tsv and all(f.type == "hex" for f in model.features))):
+        return None
+    files = _arrow_readable_files(spark, inputs)
+    if files is not None and tsv and any(COMPRESSED.search(uri) for uri, _ in files):
+        return None
+    return files
 
 
 def _arrow_readable_files(spark, inputs: list[str]) -> list[tuple[str, int]] | None:
@@ -398,9 +460,7 @@ def _arrow_readable_files(spark, inputs: list[str]) -> list[tuple[str, int]] | N
     try:
         pyarrow.fs.FileSystem.from_uri(arrow_uri(files[0][0]))
     except (pyarrow.ArrowException, OSError, ValueError) as exc:
-        log.warning(
-            "reading Parquet with Spark's reader (slower): pyarrow cannot open %s (%s)", files[0][0], exc
-        )
+        log.warning("reading with Spark's reader (slower): pyarrow cannot open %s (%s)", files[0][0], exc)
         return None
     return files
 

@@ -60,10 +60,11 @@ def _workdir(tmp_path, name):
 
 
 @pytest.mark.slow  # hypothesis drives Spark through many inputs
+@pytest.mark.parametrize("reader", ["arrow", "spark"])
 @SETTINGS
 @given(lines=st.lists(LINE, min_size=1, max_size=30))
-def test_tsv_reader_counts_every_line_or_fails_cleanly(spark, tmp_path, lines):
-    work = _workdir(tmp_path, "tsv")
+def test_tsv_reader_counts_every_line_or_fails_cleanly(spark, tmp_path, reader, lines):
+    work = _workdir(tmp_path, f"tsv-{reader}")
     (work / "day.tsv").write_text("\n".join("\t".join(fields) for fields in lines) + "\n", encoding="utf-8")
     try:
         stats = load_stats(
@@ -74,6 +75,8 @@ def test_tsv_reader_counts_every_line_or_fails_cleanly(spark, tmp_path, lines):
                 "2026-12-01",
                 "--max-reject-fraction",
                 "1",
+                "--parquet-reader",
+                reader,
             )
         )
     except RecShardError:

@@ -137,11 +137,25 @@ def test_sample_fraction_is_recorded(spark, synthetic, tmp_path):
 
 
 @pytest.mark.slow
-def test_criteo_tsv_matches_independent_computation(spark, criteo_tsv, tmp_path):
+@pytest.mark.parametrize("reader", ["arrow", "arrow in ranges of 100 kB", "spark"])
+def test_criteo_tsv_matches_independent_computation(spark, criteo_tsv, tmp_path, reader, monkeypatch):
+    """Through pyarrow in the tasks (the file whole, or cut into 18 byte ranges whose lines are
+    read in 20 kB chunks) and through Spark's text reader."""
+    from recshard_stats import partition_counts, spark_io
     from tests.conftest import ROOT
 
+    if reader.endswith("100 kB"):
+        monkeypatch.setattr(spark_io, "TASK_BYTES", 100_000)
+        monkeypatch.setattr(partition_counts, "TSV_CHUNK_BYTES", 20_000)  # read on the driver
     model = load_model_config(ROOT / "conf" / "criteo_kaggle.yaml")
-    part = run_profile(ROOT / "conf" / "criteo_kaggle.yaml", criteo_tsv, tmp_path)
+    part = run_profile(
+        ROOT / "conf" / "criteo_kaggle.yaml",
+        criteo_tsv,
+        tmp_path,
+        "2026-12-01",
+        "--parquet-reader",
+        reader.split()[0],
+    )
     stats = load_stats(part)
     raw = pd.read_csv(criteo_tsv, sep="\t", header=None, dtype=str, keep_default_na=False)
     assert raw.shape == (7200, 40)

@@ -21,7 +21,8 @@ def line(label="1", ints=("",) * 13, c1="0a", c2="ff", rest=("",) * 24):
     return "\t".join([label, *ints, c1, c2, *rest])
 
 
-def test_tsv_rejects_are_counted_per_column_and_reason(spark, tmp_path):
+@pytest.mark.parametrize("reader", ["arrow", "spark"])
+def test_tsv_rejects_are_counted_per_column_and_reason(spark, tmp_path, reader, caplog):
     lines = [
         line(),
         line(c1=""),
@@ -34,11 +35,20 @@ def test_tsv_rejects_are_counted_per_column_and_reason(spark, tmp_path):
     ]
     (tmp_path / "day.tsv").write_text("\n".join(lines) + "\n")
     model = write_yaml(tmp_path / "m.yaml", MODEL)
-    stats = load_stats(
-        run_profile(
-            model, tmp_path / "day.tsv", tmp_path / "out", "2026-12-01", "--max-reject-fraction", "0.5"
+    with caplog.at_level("INFO", logger="recshard_stats.spark_io"):
+        stats = load_stats(
+            run_profile(
+                model,
+                tmp_path / "day.tsv",
+                tmp_path / "out",
+                "2026-12-01",
+                "--max-reject-fraction",
+                "0.5",
+                "--parquet-reader",
+                reader,
+            )
         )
-    )
+    assert ("with pyarrow in" in caplog.text) == (reader == "arrow")  # the reader asked for ran
     rejects = {(r["column"], r["reason"]): r["count"] for r in stats.rows("rejects")}
     assert rejects == {
         ("C1", "not_hex"): 1,
