@@ -178,10 +178,10 @@ class ProfileOptions:
     max_skipped_files: int = _opt(10, "with --skip-corrupt-files, fail once more files than this are corrupt")
     parquet_reader: str = _opt(
         "arrow",
-        "Parquet logs: 'arrow' reads them with pyarrow in the Spark tasks (fast; "
-        "needs pyarrow on the executors and a filesystem it opens: local, HDFS, "
-        "S3, GCS), 'spark' with Spark's reader (any Hadoop filesystem; also used "
-        "with --sample-fraction)",
+        "Parquet and uncompressed Criteo TSV logs: 'arrow' reads them with pyarrow in the "
+        "Spark tasks (fast; needs pyarrow on the executors and a filesystem it opens: "
+        "local, HDFS, S3, GCS), 'spark' with Spark's reader (any Hadoop filesystem; also "
+        "used with --sample-fraction)",
         choices=PARQUET_READERS,
     )
 
