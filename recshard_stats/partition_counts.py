@@ -241,13 +241,13 @@ class CriteoTsvCounter:
     def _count(self, data: bytes, pending: _Pending) -> None:
         import pyarrow.csv as csv
 
-        lines, kept = _lines_of_fields(data, self.fields)
+        lines, kept, whole = _lines_of_fields(data, self.fields)
         pending.tally(record_code(RecordKind.ROW), RowOutcome.MALFORMED, lines - kept)
         if not kept:
             return
         names = [f"f{i}" for i in range(self.fields)]
         table = csv.read_csv(
-            pa.BufferReader(data if kept == lines else _kept_bytes(data, self.fields)),
+            pa.BufferReader(whole),
             read_options=csv.ReadOptions(column_names=names, use_threads=False, block_size=16 << 20),
             parse_options=csv.ParseOptions(
                 delimiter="\t",
@@ -289,16 +289,15 @@ def _line_tabs(data: bytes) -> tuple[np.ndarray, np.ndarray]:
     return per_line, np.diff(np.concatenate(([-1], last)))
 
 
-def _lines_of_fields(data: bytes, fields: int) -> tuple[int, int]:
-    """(lines, lines of exactly ``fields`` tab-separated fields) in ``data``; an empty line has one."""
-    tabs, _ = _line_tabs(data)
-    return len(tabs), int(np.count_nonzero(tabs == fields - 1))
-
-
-def _kept_bytes(data: bytes, fields: int) -> bytes:
-    """``data`` without its lines of another number of fields (pyarrow would stop at them)."""
+def _lines_of_fields(data: bytes, fields: int) -> tuple[int, int, bytes]:
+    """The lines in ``data``, those of exactly ``fields`` tab-separated fields (an empty line has
+    one), and the bytes of those alone (pyarrow would stop at the others)."""
     tabs, lengths = _line_tabs(data)
-    return np.frombuffer(data, np.uint8)[np.repeat(tabs == fields - 1, lengths)].tobytes()
+    good = tabs == fields - 1
+    kept = int(np.count_nonzero(good))
+    if kept < len(tabs):
+        data = np.frombuffer(data, np.uint8)[np.repeat(good, lengths)].tobytes()
+    return len(tabs), kept, data
 
 
 def _as_text(column: pa.Array, ascii_only: bool) -> pa.Array:

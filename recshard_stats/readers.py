@@ -31,9 +31,10 @@ from pyspark.sql import types as T
 
 from recshard_stats.config import CRITEO_DENSE, CRITEO_SPARSE, ModelConfig
 from recshard_stats.errors import Reason, RecShardError
-from recshard_stats.record_codes import INT_PATTERN, is_multi_hot, reject_code
+from recshard_stats.record_codes import INT_PATTERN, criteo_integer_checks, is_multi_hot, reject_code
 
-CRITEO_FIELDS = 1 + len(CRITEO_DENSE) + len(CRITEO_SPARSE)
+CRITEO_COLUMNS = ("label", *CRITEO_DENSE, *CRITEO_SPARSE)  # a Criteo line's fields, in order
+CRITEO_FIELDS = len(CRITEO_COLUMNS)
 
 
 def _empty() -> Column:
@@ -41,8 +42,13 @@ def _empty() -> Column:
 
 
 def _reject(column: int, reason: str, times: Column | None = None) -> Column:
-    code = F.lit(reject_code(column, reason)).cast("bigint")
-    return F.array(code) if times is None else F.array_repeat(code, times)
+    return _rejected(reject_code(column, reason), times)
+
+
+def _rejected(code: int, times: Column | None = None) -> Column:
+    """A row's reject codes: ``code``, once or ``times`` times."""
+    value = F.lit(code).cast("bigint")
+    return F.array(value) if times is None else F.array_repeat(value, times)
 
 
 def _ids(value: Column, feature_type: str) -> Column:
@@ -120,14 +126,13 @@ def normalize_criteo_tsv(lines: DataFrame, model: ModelConfig) -> DataFrame:
     tab separated, empty = missing. A line without exactly 40 fields is rejected whole;
     a non-hex categorical or a non-integer label/dense value is rejected alone."""
     fields = F.split(F.col("value"), "\t", -1)
-    position = {name: i for i, name in enumerate(["label", *CRITEO_DENSE, *CRITEO_SPARSE])}
     # F.get returns null past the end (plain indexing raises under ANSI mode on short rows).
-    values = [F.get(fields, position[f.name]) for f in model.features]
+    values = [F.get(fields, CRITEO_COLUMNS.index(f.name)) for f in model.features]
     extra = []
-    for offset, name in enumerate(["label", *CRITEO_DENSE]):
-        v = F.get(fields, position[name])
+    for position, code in criteo_integer_checks(model):
+        v = F.get(fields, position)
         bad = v.isNotNull() & (v != "") & ~v.rlike(INT_PATTERN)
-        extra.append(F.when(bad, _reject(len(model.features) + offset, "not_integer")).otherwise(_empty()))
+        extra.append(F.when(bad, _rejected(code)).otherwise(_empty()))
     valid = F.size(fields) == CRITEO_FIELDS
     return _normalize(lines, values, model, extra, valid)
 

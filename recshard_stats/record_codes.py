@@ -85,6 +85,14 @@ def reject_columns(model: ModelConfig) -> list[str]:
     return names
 
 
+def criteo_integer_checks(model: ModelConfig) -> tuple[tuple[int, int], ...]:
+    """(field position, ``not_integer`` reject code) of a Criteo line's label and dense values,
+    which must be empty or integers: the columns :func:`reject_columns` names after the features."""
+    return tuple(
+        (i, reject_code(len(model.features) + i, "not_integer")) for i in range(1 + len(CRITEO_DENSE))
+    )
+
+
 def needs_key_hash(feature_type: str, hash_fn: str) -> bool:
     """True where ``k{i}`` holds raw integer ids that still need ``xxhash64`` to become keys."""
     return hash_fn == "xxhash64" and feature_type not in STRING_TYPES

@@ -17,7 +17,6 @@ import tempfile
 import time
 from typing import TypeVar
 
-from recshard_stats.config import CRITEO_DENSE, CRITEO_SPARSE
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.options import SparkOptions
 from recshard_stats.record_codes import unreadable_file_in
@@ -373,18 +372,14 @@ def read_partial_counts(
             check_parquet_schema(spark.read.parquet(*inputs).schema, model, ", ".join(inputs))
             reader = ParquetFileCounter(counter, _byte_tasks(files, parallelism))
         else:
-            from recshard_stats.record_codes import reject_code
+            from recshard_stats.readers import CRITEO_COLUMNS, CRITEO_FIELDS
+            from recshard_stats.record_codes import criteo_integer_checks
 
-            columns = ["label", *CRITEO_DENSE, *CRITEO_SPARSE]
-            integer_checks = tuple(
-                (i, reject_code(len(model.features) + i, "not_integer")) for i in range(1 + len(CRITEO_DENSE))
-            )
-            positions = tuple(columns.index(f.name) for f in model.features)
             reader = CriteoTsvCounter(
                 counter,
-                len(columns),
-                positions,
-                integer_checks,
+                CRITEO_FIELDS,
+                tuple(CRITEO_COLUMNS.index(f.name) for f in model.features),
+                criteo_integer_checks(model),
                 _range_tasks(files, parallelism),
                 partition_counts.TSV_CHUNK_BYTES,
             )

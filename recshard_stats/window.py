@@ -189,8 +189,7 @@ def window_records(
             .join(F.broadcast(codes), "feature")
             .select("code", "key", F.col("access_count").alias("count"), weight.alias("w"))
         )
-        small = spark.createDataFrame(_small_records(part, layout), "code int, key bigint, count bigint")
-        frames += [ids, small.withColumn("w", weight)]
+        frames += [ids, _small_frame(spark, part, layout).withColumn("w", weight)]
     records = _union(frames)
     if half_life_days is None:
         return records.drop("w")
@@ -217,15 +216,18 @@ def sketched_window(
             .join(F.broadcast(codes), "feature")
             .select("code", F.col("row").alias("key"), F.col("access_count").alias("count"))
         )
-        records.append(
-            spark.createDataFrame(_small_records(part, layout), "code int, key bigint, count bigint")
-        )
+        records.append(_small_frame(spark, part, layout))
         sketches.append(
             spark.read.parquet(local_uri(part.path / "sketches"))
             .join(F.broadcast(codes), "feature")
             .drop("feature")
         )
     return _union(records), _union(sketches)
+
+
+def _small_frame(spark: SparkSession, part: StatsPartition, layout: ProfileLayout) -> DataFrame:
+    """A day's records besides its ids (:func:`_small_records`) as a frame of the records' schema."""
+    return spark.createDataFrame(_small_records(part, layout), "code int, key bigint, count bigint")
 
 
 def _feature_codes(spark: SparkSession, layout: ProfileLayout) -> DataFrame:

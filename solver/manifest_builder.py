@@ -283,14 +283,12 @@ def previous_plan(where, hardware: HardwareConfig) -> ManifestFile | None:
     if where is None:
         return None
     path = pathlib.Path(where)
-    published = load_published(path) if path.is_dir() else None
-    if published is not None:
-        loaded = published
-    elif not path.exists() or (path.is_dir() and not (path / MANIFEST_NAME).is_file()):
-        # a manifests root before its first publish (the daily DAG's first day)
-        log.warning("--previous %s: no plan published there yet, so no diff and no cap on moves", path)
-        return None
-    else:
+    loaded = load_published(path) if path.is_dir() else None
+    if loaded is None:
+        if not path.exists() or (path.is_dir() and not (path / MANIFEST_NAME).is_file()):
+            # a manifests root before its first publish (the daily DAG's first day)
+            log.warning("--previous %s: no plan published there yet, so no diff and no cap on moves", path)
+            return None
         loaded = load_manifest(path)
     if loaded.manifest.num_gpus != hardware.num_gpus:
         log.warning(
