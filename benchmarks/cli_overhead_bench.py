@@ -1,18 +1,21 @@
 """``recshard profile`` from the shell against the same profile in a warm Spark session.
 
-    .venv/bin/python benchmarks/cli_overhead_bench.py --logs /tmp/logs-10000000 --work /tmp/cli-bench
+    .venv/bin/python benchmarks/cli_overhead_bench.py --logs /tmp/logs-10000000 --work /tmp/cli-bench --repeats 3
 
-Times, on the same logs, one after another: the CLI with Spark's 1g driver heap, with the
-default local-mode heap (half the machine's memory), and with ``--driver-memory`` given; then
-two profiles in one session of this process (cold, then warm). Prints seconds and each ratio
-to the warm session.
+One CLI run first, not timed: it saves the JVM class archive if the cache has none, and reads
+the logs into the page cache. Then ``--repeats`` rounds, each timing the CLI with the class
+archive (the default) and with ``--no-class-archive``, one after the other; then, in this
+process, one session's profiles: the first (a cold JVM) and ``--repeats`` more (warm). Prints
+every time, the medians and each median's ratio to the warm session's.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import pathlib
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -27,38 +30,41 @@ def main() -> None:
     parser.add_argument("--logs", required=True, help="Parquet logs of the model (recshard generate)")
     parser.add_argument("--model", default=str(ROOT / "conf" / "synthetic.yaml"))
     parser.add_argument("--work", default="/tmp/cli-bench")
-    parser.add_argument("--driver-memory", default="8g")
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
 
-    from recshard_stats.cli import build_parser
-    from recshard_stats.options import ProfileOptions, SparkOptions, from_args
-    from recshard_stats.spark_io import local_driver_memory, spark_session
+    from recshard_stats.cli import build_parser, setup_logging
+    from recshard_stats.options import ProfileOptions, from_args
+    from recshard_stats.spark_io import spark_session
     from recshard_stats.stages import profile_logs
 
+    setup_logging()
     work = pathlib.Path(args.work)
     profile = ["profile", "--model", args.model, "--input", args.logs, "--ds", "2026-12-01", "--row-counts"]
-    cli = [str(pathlib.Path(sys.executable).with_name("recshard"))]
-    times = {}
-    for name, extra in (
-        ("CLI, Spark's 1g", ["--driver-memory", "1g"]),
-        (f"CLI, default ({local_driver_memory()})", []),
-        (f"CLI, --driver-memory {args.driver_memory}", ["--driver-memory", args.driver_memory]),
-    ):
+    cli = [str(pathlib.Path(sys.executable).with_name("recshard")), *profile, "--out", str(work)]
+    times: dict[str, list[float]] = {}
+
+    def timed(name: str, run) -> None:
         shutil.rmtree(work, ignore_errors=True)
         started = time.perf_counter()
-        subprocess.run([*cli, *profile, "--out", str(work), *extra], check=True, capture_output=True)
-        times[name] = time.perf_counter() - started
-        print(f"{name:<36} {times[name]:7.1f} s", flush=True)
-    spark = spark_session("cli-overhead-bench", SparkOptions(driver_memory=args.driver_memory))
-    for name in ("one session, cold", "one session, warm"):
-        shutil.rmtree(work, ignore_errors=True)
-        options = from_args(ProfileOptions, build_parser().parse_args([*profile, "--out", str(work)]))
-        started = time.perf_counter()
-        profile_logs(spark, options)
-        times[name] = time.perf_counter() - started
-        print(f"{name:<36} {times[name]:7.1f} s", flush=True)
-    warm = times["one session, warm"]
-    print("\n".join(f"{name:<36} {t:7.1f} s  {t / warm:5.2f}x the warm session" for name, t in times.items()))
+        run()
+        times.setdefault(name, []).append(time.perf_counter() - started)
+        print(f"{name:<34} {times[name][-1]:7.1f} s", flush=True)
+
+    subprocess.run(cli, check=True, capture_output=True)  # the archive, the page cache
+    variants = {"CLI": [], "CLI --no-class-archive": ["--no-class-archive"]}
+    for _ in range(args.repeats):
+        for name, extra in variants.items():
+            timed(name, functools.partial(subprocess.run, [*cli, *extra], check=True, capture_output=True))
+    spark = spark_session("cli-overhead-bench")
+    options = from_args(ProfileOptions, build_parser().parse_args([*profile, "--out", str(work)]))
+    for index in range(args.repeats + 1):
+        timed("session, cold" if index == 0 else "session, warm", lambda: profile_logs(spark, options))
+    warm = statistics.median(times["session, warm"])
+    print(f"\nmedians over {args.repeats} rounds ({args.logs})")
+    for name, seconds in times.items():
+        median = statistics.median(seconds)
+        print(f"{name:<34} {median:7.1f} s  {median / warm:5.2f}x the warm session")
 
 
 if __name__ == "__main__":

@@ -594,7 +594,21 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
-    return run_main(lambda: args.func(args))
+    code = run_main(lambda: args.func(args))
+    if code == 0 and "pyspark" in sys.modules:
+        _save_class_archive()
+    return code
+
+
+def _save_class_archive() -> None:
+    """After a command's work: the classes its fresh JVM loaded, saved once for later runs."""
+    from pyspark.sql import SparkSession
+
+    from recshard_stats.jvm_class_archive import save_class_archive
+
+    spark = SparkSession.getActiveSession()
+    if spark is not None:
+        save_class_archive(spark)
 
 
 if __name__ == "__main__":

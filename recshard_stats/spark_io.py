@@ -18,6 +18,7 @@ import time
 from typing import TypeVar
 
 from recshard_stats.errors import Reason, RecShardError
+from recshard_stats.jvm_class_archive import ARCHIVE_CONF, archive_java_options, archive_path
 from recshard_stats.options import SparkOptions
 from recshard_stats.record_codes import unreadable_file_in
 
@@ -163,16 +164,26 @@ def spark_session(app: str, options: SparkOptions = SparkOptions()):
             builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config(
                 "spark.driver.host", "127.0.0.1"
             )
+    driver_memory = options.driver_memory
+    if driver_memory is None and not under_spark_submit and (options.master or "local").startswith("local"):
+        # local mode is the whole cluster in this JVM: Spark's 1g default made the 10^7-sample
+        # profile 24% slower (83 s against 67 s with 8g, BENCHMARKS.md)
+        driver_memory = local_driver_memory()
+    if driver_memory:
+        builder = builder.config("spark.driver.memory", driver_memory)
     spark_log = None
     if not under_spark_submit:  # this process starts the JVM: its log goes to a file
         spark_log = options.spark_log or os.path.join(
             tempfile.gettempdir(), f"recshard-spark-{getpass.getuser()}.log"
         )
         config = pathlib.Path(__file__).with_name("spark_log4j2.properties")
-        builder = builder.config(
-            "spark.driver.extraJavaOptions",
-            f"-Dlog4j2.configurationFile={config} -Drecshard.spark.log={spark_log}",
-        )
+        java_options = f"-Dlog4j2.configurationFile={config} -Drecshard.spark.log={spark_log}"
+        archive = archive_path(driver_memory) if options.class_archive else None
+        if archive is not None:
+            java_options += " " + archive_java_options(archive)
+            if not archive.exists():
+                builder = builder.config(ARCHIVE_CONF, str(archive))
+        builder = builder.config("spark.driver.extraJavaOptions", java_options)
     if spark_log is not None:
         try:  # log4j would print its own Java trace and Spark's log to the console instead
             pathlib.Path(spark_log).parent.mkdir(parents=True, exist_ok=True)
@@ -183,13 +194,6 @@ def spark_session(app: str, options: SparkOptions = SparkOptions()):
                 f"--spark-log {spark_log}: cannot write there ({exc.strerror or exc})",
                 fixes=("pass --spark-log a file in a writable directory",),
             ) from None
-    driver_memory = options.driver_memory
-    if driver_memory is None and not under_spark_submit and (options.master or "local").startswith("local"):
-        # local mode is the whole cluster in this JVM: Spark's 1g default made the 10^7-sample
-        # profile 24% slower (83 s against 67 s with 8g, BENCHMARKS.md)
-        driver_memory = local_driver_memory()
-    if driver_memory:
-        builder = builder.config("spark.driver.memory", driver_memory)
     if not under_spark_submit:
         # the profile runs Python (pyarrow) in the executors: this interpreter, not whatever python3
         # is on PATH (PySpark reads only the environment; spark-submit sets it from spark.pyspark.python)

@@ -1,11 +1,27 @@
 import os
 import pathlib
+import shutil
+import tempfile
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED = pathlib.Path(os.environ.get("RECSHARD_SHARED", ROOT.parent / "shared"))
 CRITEO_TSV = SHARED / "data" / "criteo" / "criteo_kaggle_7200.tsv"
+
+
+def pytest_configure(config):
+    # the JVM class archive the first CLI run saves (jvm_class_archive): one per test run, in a
+    # temporary directory, so no test depends on the user's cache
+    if "RECSHARD_CACHE_DIR" not in os.environ:
+        os.environ["RECSHARD_CACHE_DIR"] = config._recshard_cache = tempfile.mkdtemp(
+            prefix="recshard-test-cache-"
+        )
+
+
+def pytest_unconfigure(config):
+    if getattr(config, "_recshard_cache", None):
+        shutil.rmtree(config._recshard_cache, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
