@@ -15,6 +15,8 @@ plan from below.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from recshard_stats.solver.problem import Problem, TableDemand
@@ -166,12 +168,62 @@ def alone_cost(problem: Problem, table: TableDemand) -> float:
     return single.table_cost(0, split(single, [0], single.rows_capacity([0]))[0])
 
 
+# row sizes a call bound enumerates at most (3 ** sizes tier choices)
+CALL_BOUND_MAX_SIZES = 9
+
+
+def call_bound(problem: Problem, max_column_shards: int = 1) -> float:
+    """The pooled bound with the kernel calls' fixed costs, which :func:`pooled_bound` leaves out
+    (0 when the model has none). A plan runs, for each row size it has rows of in HBM, at least
+    one HBM call (on some GPU; both passes), and for each row size it has only in host memory at
+    least one host call. A table cut into k column shards has rows of 1/k its size, so which
+    sizes are present is the plan's choice: over every choice of each size's state (absent, in
+    host memory only, in HBM) that leaves every table a size it can take, the least of the
+    water-fill over the tables that can take a size in HBM, plus those calls, divided by G."""
+    costs = problem.hardware.costs
+    fixed = {"host": costs.host.fixed_s, "hbm": costs.hbm.fixed_s}
+    if not problem.tables or max(fixed.values()) <= 0:
+        return 0.0
+    g = problem.num_gpus
+    options = []  # per table: the row sizes its shards may have
+    for t in problem.tables:
+        most, k, shard_sizes = t.most_column_shards(g, max_column_shards), 1, set()
+        while k <= most:
+            shard_sizes.add(t.row_bytes / k)
+            k *= 2
+        options.append(shard_sizes)
+    sizes = sorted(set().union(*options))
+    if len(sizes) > CALL_BOUND_MAX_SIZES:
+        return 0.0
+    everything = list(range(len(problem.tables)))
+    uvm_total = sum(problem.uvm_time(j) for j in everything)
+    per_row, rows, owner = segments(problem, everything)
+    row_bytes = np.array([problem.tables[j].row_bytes for j in owner])
+    best = np.inf
+    for states in itertools.product((None, "host", "hbm"), repeat=len(sizes)):
+        state = dict(zip(sizes, states, strict=True))
+        if any(all(state[s] is None for s in o) for o in options):
+            continue  # a table with no size present
+        in_hbm = [j for j, o in enumerate(options) if any(state[s] == "hbm" for s in o)]
+        keep = np.isin(owner, in_hbm)
+        saving = fractional_saving(
+            (per_row * rows)[keep],
+            (rows * row_bytes)[keep],
+            (per_row / row_bytes)[keep],
+            problem.pooled_rows_capacity,
+        )
+        calls = sum(fixed[s] for s in states if s is not None)
+        best = min(best, (uvm_total - saving + calls) / g)
+    return float(best)
+
+
 def lower_bound(problem: Problem, max_column_shards: int = 1) -> float:
     """No plan of whole tables, or of tables cut into at most ``max_column_shards`` column shards,
     can beat: (a) the pooled bound (:func:`pooled_bound`; cutting a table only adds trainer
     buffers); (b) the costliest table's smallest shard alone on a GPU with all of its HBM; (c) with
     more tables than GPUs, two tables have a shard on one GPU, which costs at least the two cheapest
-    of the G + 1 costliest such shards (each alone)."""
+    of the G + 1 costliest such shards (each alone); each of them plus the least any GPU's calls
+    cost; (d) the pooled bound with the calls each row size needs (:func:`call_bound`)."""
     g = problem.num_gpus
     shards = [t.column_shard(t.most_column_shards(g, max_column_shards)) for t in problem.tables]
     uvm = [alone_uvm_time(problem, t) for t in shards]
@@ -185,4 +237,7 @@ def lower_bound(problem: Problem, max_column_shards: int = 1) -> float:
     pair = alone[g - 1] + alone[g] if len(alone) > g else 0.0
     # the slowest GPU runs at least one kernel group
     fixed = problem.hardware.costs.least_group_seconds if problem.tables else 0.0
-    return max(pooled_bound(problem), alone[0] if alone else 0.0, pair) + fixed
+    return max(
+        max(pooled_bound(problem), alone[0] if alone else 0.0, pair) + fixed,
+        call_bound(problem, max_column_shards),
+    )

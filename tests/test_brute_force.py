@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from typing import Any
 
 import numpy as np
 import pytest
 
+from recshard_stats.costmodel import CostModel, PassTerms, TierTerms
 from recshard_stats.errors import RecShardError
 from recshard_stats.options import SolveOptions
 from recshard_stats.solver.plan import violations
 from recshard_stats.solver.problem import Problem, TableDemand
 from recshard_stats.solver.solve import solve_problem
+from recshard_stats.solver.waterfill import call_bound, lower_bound, pooled_bound
 from tests.test_solver import hardware, table
 
 SCENARIOS = ("base", "hot", "full", "bare")
@@ -32,9 +35,10 @@ SEEDS = range(25)
 FAST = [(s, seed) for s in SCENARIOS for seed in range(3)]  # the default loop's; all run in the slow test
 
 
-def tiny_problem(scenario: str, seed: int) -> Problem:
-    """3-4 tables of 2-4 rows, dim 1 or 2, on 2 or 3 GPUs; HBM about half the tables' bytes."""
-    rng = np.random.default_rng([SCENARIOS.index(scenario), seed])
+def tiny_problem(scenario: str, seed: int, calls: bool = False) -> Problem:
+    """3-4 tables of 2-4 rows, dim 1 or 2, on 2 or 3 GPUs; HBM about half the tables' bytes.
+    ``calls``: the bandwidths' model with a fixed cost per kernel call (each tier's its own)."""
+    rng = np.random.default_rng([SCENARIOS.index(scenario), seed, *([1] if calls else [])])
     num_gpus = int(rng.integers(2, 4))
     num_tables = int(rng.integers(3, 5)) if num_gpus == 2 else 3
     tables = []
@@ -49,7 +53,7 @@ def tiny_problem(scenario: str, seed: int) -> Problem:
     # buffers: the ids (one byte each, what fills a GPU in "full") and two pooled outputs of dim bytes
     index_bytes = 1 if scenario == "full" else 0
     out_bytes = 0 if scenario == "bare" else 1
-    hw = {
+    hw: dict[str, Any] = {
         "num_gpus": num_gpus,
         "host_bytes": 10**6,
         "hbm_bandwidth": float(rng.choice([10.0, 100.0])),
@@ -57,6 +61,13 @@ def tiny_problem(scenario: str, seed: int) -> Problem:
         "index_bytes": index_bytes,
         "output_bytes_per_element": out_bytes,
     }
+    if calls:
+        hw["cost_model"] = CostModel(
+            PassTerms(
+                TierTerms(byte_s=1 / hw["hbm_bandwidth"], fixed_s=float(rng.uniform(0, 10))),
+                TierTerms(byte_s=1 / hw["uvm_bandwidth"], fixed_s=float(rng.uniform(0, 5))),
+            )
+        )
     buffers = Problem(tuple(tables), hardware(**hw, hbm_bytes_per_gpu=1)).trainer_bytes
     if scenario == "full":  # the largest buffer takes most of a GPU; all of them most of all HBM
         hbm = max(max(buffers), int(np.ceil((sum(buffers) + 0.3 * row_bytes) / num_gpus)))
@@ -114,6 +125,16 @@ def enumerate_optimum(problem: Problem) -> Optimum:
         )  # (A, E)
         onehot = (assign[:, :, None] == np.arange(hw.num_gpus)).astype(float)  # (A, E, G)
         gpu_cost = np.einsum("re,aeg->arg", cost, onehot)
+        # each GPU's kernel calls: one per tier and row size it has rows of there
+        entry_rows = rows[:, parent]  # (R, E)
+        sizes = np.array([t.row_bytes for t in entries])
+        for present, fixed in (
+            (entry_rows > 0, hw.costs.hbm.fixed_s),
+            (entry_rows < np.array([t.hash_size for t in entries]), hw.costs.host.fixed_s),
+        ):
+            for size in set(sizes) if fixed > 0 else ():
+                mask = (present & (sizes == size)).astype(float)
+                gpu_cost = gpu_cost + fixed * (np.einsum("re,aeg->arg", mask, onehot) > 0)
         hbm = np.einsum("re,aeg->arg", used, onehot) + (trainer @ onehot)[:, None, :]
         fits = (hbm <= problem.hbm_capacity + 1e-9).all(-1) & host_ok
         value = np.where(fits, gpu_cost.max(-1), np.inf).min()
@@ -167,3 +188,22 @@ def test_tiny_family_against_enumeration():
     assert len(feasible) >= 0.8 * len(gaps), "the family should be mostly feasible"
     within = sum(g <= 0.001 for g in feasible) / len(feasible)
     assert within >= 0.95, f"within 0.1% of the optimum on {within:.1%} of {len(feasible)} instances"
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_call_bound_below_the_enumerated_optimum(scenario):
+    """With a fixed cost per kernel call, the bound (the calls each row size needs counted) stays
+    below every plan's cost, each GPU's calls counted in the enumeration; and it is the bound
+    that decides on some instances (not 0, not always below the pooled one)."""
+    raised = 0
+    for seed in range(8):
+        problem = tiny_problem(scenario, seed, calls=True)
+        optimum = enumerate_optimum(problem)
+        if not np.isfinite(optimum.best):
+            continue
+        assert lower_bound(problem, 2) <= optimum.best * (1 + 1e-9)
+        if np.isfinite(optimum.whole):
+            assert call_bound(problem, 1) <= optimum.whole * (1 + 1e-9)
+        least = problem.hardware.costs.least_group_seconds
+        raised += call_bound(problem, 2) > pooled_bound(problem) + least + 1e-12
+    assert raised >= 2, f"the call bound decided on {raised} of 8 instances"
