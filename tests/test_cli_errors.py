@@ -3,6 +3,7 @@ once through the installed console script): exit code 2 and one readable ``error
 line (plus indented context), never a stack trace."""
 
 import copy
+import os
 import pathlib
 import subprocess
 import sys
@@ -509,7 +510,8 @@ def test_a_killed_runs_temporary_directory_is_removed_by_the_next_run(spark, tmp
 @pytest.mark.slow
 def test_a_corrupt_file_is_one_line_without_javas_stack_trace(tmp_path):
     """Through the console script, Spark started by it: Spark's log goes to a file, the console
-    has recshard's line."""
+    has recshard's line. The file rolls at its size (4 kB here, 64 MB by default), two old
+    ones kept."""
     model, logs = corrupt_parquet(tmp_path)
     spark_log = tmp_path / "spark.log"
     proc = subprocess.run(
@@ -532,11 +534,18 @@ def test_a_corrupt_file_is_one_line_without_javas_stack_trace(tmp_path):
         capture_output=True,
         text=True,
         timeout=300,
+        env={**os.environ, "JAVA_TOOL_OPTIONS": "-Drecshard.spark.log.size=4KB"},
     )
     assert_one_line_error(proc.returncode, proc.stderr, "[input_corrupt] cannot read input file")
     assert not [line for line in proc.stderr.splitlines() if line.lstrip().startswith("at ")], proc.stderr
     assert len(proc.stderr.splitlines()) < 25, proc.stderr
-    assert "part-1.parquet" in spark_log.read_text()  # the whole story is in Spark's log
+    logs_kept = sorted(tmp_path.glob("spark.log*"))
+    assert [p.name for p in logs_kept] == ["spark.log", "spark.log.1", "spark.log.2"]
+    # each file rolled once it passed the size (by at most the line, a stack trace, that crossed it)
+    assert all(p.stat().st_size < 4 * 1024 + 64 * 1024 for p in logs_kept)
+    assert any(p.stat().st_size >= 4 * 1024 for p in logs_kept[1:])
+    text = "".join(p.read_text() for p in logs_kept)
+    assert "part-1.parquet" in text  # the whole story is in Spark's log
 
 
 def test_a_key_given_twice_in_a_yaml_config_is_refused(stats, tmp_path, capsys):
