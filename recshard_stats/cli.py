@@ -234,6 +234,16 @@ def _publish(args) -> None:
 
     evaluation, published_evaluation = args.evaluation, args.published_evaluation
     if args.compare:
+        if evaluation or published_evaluation:  # one of them would be silently ignored
+            raise RecShardError(
+                Reason.CONFIG_INVALID,
+                "--compare reads the evaluations beside the candidate (evaluation.json, "
+                "published_evaluation.json), so it takes no --evaluation or --published-evaluation",
+                fixes=(
+                    "drop --compare to decide on the files given",
+                    "drop --evaluation and --published-evaluation to use those beside the candidate",
+                ),
+            )
         evaluation, published_evaluation = beside_candidate(args.manifest)
     decision = publish_if_better(
         args.root,

@@ -411,6 +411,10 @@ def test_publish_replaces_the_published_plan_only_when_the_candidate_is_faster(p
     assert cli.main([*publish, str(second), "--force"]) == 0
     assert "forced (--force)" in capsys.readouterr().out and load_latest(root).manifest.ds == "2026-12-02"
 
+    # --compare takes the evaluations beside the candidate, never beside files given
+    assert cli.main([*publish, str(second), "--compare", "--evaluation", str(candidate_eval)]) == 2
+    assert "--compare reads the evaluations beside the candidate" in capsys.readouterr().err
+    assert load_latest(root).manifest.ds == "2026-12-02"
     # the evaluations must be of these two manifests, on the same logs, both or neither
     assert cli.main([*publish, str(second), "--evaluation", str(candidate_eval)]) == 2
     assert "--published-evaluation is missing" in capsys.readouterr().err
