@@ -144,17 +144,29 @@ def _split_each_gpu(
     return tuple(out)
 
 
+def _pooled_total(problem: Problem):
+    """The tables' total cost with all HBM left by the trainer's buffers pooled and water-filled
+    (rows taken fractionally), as a function of which tables may have rows in HBM (all when not
+    given); the segments are found once for every call."""
+    everything = list(range(len(problem.tables)))
+    uvm_total = sum(problem.uvm_time(j) for j in everything)
+    per_row, rows, owner = segments(problem, everything)
+    row_bytes = np.array([problem.tables[j].row_bytes for j in owner])
+    saved, size, density = per_row * rows, rows * row_bytes, per_row / row_bytes
+
+    def total(in_hbm: list[int] | None = None) -> float:
+        keep = slice(None) if in_hbm is None else np.isin(owner, in_hbm)
+        return uvm_total - fractional_saving(
+            saved[keep], size[keep], density[keep], problem.pooled_rows_capacity
+        )
+
+    return total
+
+
 def pooled_bound(problem: Problem) -> float:
     """All HBM left by the trainer's buffers pooled and water-filled (rows taken fractionally),
     divided by G: what the GPUs' mean cost can at best be."""
-    everything = list(range(len(problem.tables)))
-    total = sum(problem.uvm_time(j) for j in everything)
-    per_row, rows, owner = segments(problem, everything)
-    row_bytes = np.array([problem.tables[j].row_bytes for j in owner])
-    total -= fractional_saving(
-        per_row * rows, rows * row_bytes, per_row / row_bytes, problem.pooled_rows_capacity
-    )
-    return total / problem.num_gpus
+    return _pooled_total(problem)() / problem.num_gpus
 
 
 def alone_uvm_time(problem: Problem, table: TableDemand) -> float:
@@ -195,25 +207,15 @@ def call_bound(problem: Problem, max_column_shards: int = 1) -> float:
     sizes = sorted(set().union(*options))
     if len(sizes) > CALL_BOUND_MAX_SIZES:
         return 0.0
-    everything = list(range(len(problem.tables)))
-    uvm_total = sum(problem.uvm_time(j) for j in everything)
-    per_row, rows, owner = segments(problem, everything)
-    row_bytes = np.array([problem.tables[j].row_bytes for j in owner])
+    pooled_total = _pooled_total(problem)
     best = np.inf
     for states in itertools.product((None, "host", "hbm"), repeat=len(sizes)):
         state = dict(zip(sizes, states, strict=True))
         if any(all(state[s] is None for s in o) for o in options):
             continue  # a table with no size present
         in_hbm = [j for j, o in enumerate(options) if any(state[s] == "hbm" for s in o)]
-        keep = np.isin(owner, in_hbm)
-        saving = fractional_saving(
-            (per_row * rows)[keep],
-            (rows * row_bytes)[keep],
-            (per_row / row_bytes)[keep],
-            problem.pooled_rows_capacity,
-        )
         calls = sum(fixed[s] for s in states if s is not None)
-        best = min(best, (uvm_total - saving + calls) / g)
+        best = min(best, (pooled_total(in_hbm) + calls) / g)
     return float(best)
 
 
