@@ -265,6 +265,26 @@ class Problem:
             t.unseen_row_value * per_access + unseen * per_distinct
         )
 
+    @functools.cached_property
+    def entry_row_bytes(self) -> np.ndarray:
+        """Per entry: the bytes of one of its rows."""
+        return np.array([t.row_bytes for t in self.tables], dtype=np.float64)
+
+    @functools.cached_property
+    def row_segments(self) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+        """Per entry: (seconds one row saves in HBM, rows) of each access-count class, hottest
+        first, then of its never-seen rows (the water-fill asks for them again and again)."""
+        out = []
+        for j, t in enumerate(self.tables):
+            seen, unseen = self.row_savings(j)
+            out.append(
+                (
+                    np.append(seen, unseen),
+                    np.append(t.coc.rows.astype(np.float64), float(t.hash_size - t.unique_rows)),
+                )
+            )
+        return tuple(out)
+
     def uvm_time(self, j: int) -> float:
         """Per-batch seconds of table j with every access served from UVM."""
         return self.table_cost(j, 0)

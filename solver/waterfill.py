@@ -25,19 +25,13 @@ from recshard_stats.solver.problem import Problem, TableDemand
 def segments(problem: Problem, tables: list[int]):
     """(seconds saved per row, rows, owner) of every segment (count classes, then never-seen
     rows), most seconds saved per HBM byte first."""
-    saved_parts: list[np.ndarray] = []
-    size_parts: list[np.ndarray] = []
-    owner_parts: list[np.ndarray] = []
-    for j in tables:
-        t = problem.tables[j]
-        seen, unseen = problem.row_savings(j)
-        saved_parts += [seen, np.array([unseen])]
-        size_parts += [t.coc.rows.astype(np.float64), np.array([float(t.hash_size - t.unique_rows)])]
-        owner_parts += [np.full(len(t.coc.counts) + 1, j)]
-    if not saved_parts:
+    if not tables:
         return np.zeros(0), np.zeros(0), np.zeros(0, dtype=int)
-    saved, size, owner = (np.concatenate(a) for a in (saved_parts, size_parts, owner_parts))
-    row_bytes = np.array([problem.tables[j].row_bytes for j in owner])
+    parts = [problem.row_segments[j] for j in tables]
+    saved = np.concatenate([p[0] for p in parts])
+    size = np.concatenate([p[1] for p in parts])
+    owner = np.repeat(np.asarray(tables, dtype=int), [len(p[0]) for p in parts])
+    row_bytes = problem.entry_row_bytes[owner]
     order = np.argsort(-saved / row_bytes, kind="stable")
     keep = size[order] > 0
     return saved[order][keep], size[order][keep], owner[order][keep]
@@ -63,7 +57,7 @@ def split(problem: Problem, tables: list[int], capacity: float) -> dict[int, int
     _, size, owner = segments(problem, tables)
     if not len(size):
         return rows
-    row_bytes = np.array([problem.tables[j].row_bytes for j in owner])
+    row_bytes = problem.entry_row_bytes[owner]
     whole = int(np.searchsorted(np.cumsum(size * row_bytes), max(capacity, 0.0), side="right"))
     np.add.at(taken := np.zeros(len(problem.tables)), owner[:whole], size[:whole])
     left = max(capacity, 0.0) - float((size[:whole] * row_bytes[:whole]).sum())
@@ -151,7 +145,7 @@ def _pooled_total(problem: Problem):
     everything = list(range(len(problem.tables)))
     uvm_total = sum(problem.uvm_time(j) for j in everything)
     per_row, rows, owner = segments(problem, everything)
-    row_bytes = np.array([problem.tables[j].row_bytes for j in owner])
+    row_bytes = problem.entry_row_bytes[owner]
     saved, size, density = per_row * rows, rows * row_bytes, per_row / row_bytes
 
     def total(in_hbm: list[int] | None = None) -> float:
