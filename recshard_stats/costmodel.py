@@ -68,6 +68,8 @@ SPAN_HIGH_BYTES = float(2**33)
 def span_ramp(span_bytes, low_bytes: float, high_bytes: float):
     """0 up to ``low_bytes``, 1 from ``high_bytes``, linear in log2 between."""
     low, high = math.log2(low_bytes), math.log2(high_bytes)
+    if np.ndim(span_bytes) == 0:  # one table (the exact polish asks ~10^6 times): floats, not 0-d arrays
+        return min(max((math.log2(max(float(span_bytes), 1.0)) - low) / (high - low), 0.0), 1.0)
     span = np.maximum(np.asarray(span_bytes, dtype=np.float64), 1.0)
     return np.clip((np.log2(span) - low) / (high - low), 0.0, 1.0)
 
