@@ -50,7 +50,7 @@ def airflow_env(tmp_path_factory):
             {
                 **defaults,
                 "retries": 0,
-                "time_limit": 30,
+                "time_limit": 10,  # the DAG is under test, not the plan: a short solve
                 "logs_wait_hours": 1,
                 "logs_root": str(data / "logs"),
                 "stats_root": "/nowhere",
@@ -217,7 +217,7 @@ print(json.dumps(out))
     assert "--solver cbc " in rendered["file"]  # the file's (test copy's) default
     assert "--solver glpk " in rendered["variable"]
     assert "--solver highs " in rendered["run"]
-    assert "--ds 2026-12-01 " in rendered["run"] and "--time-limit 30" in rendered["run"]
+    assert "--ds 2026-12-01 " in rendered["run"] and "--time-limit 10" in rendered["run"]
 
 
 def test_a_runs_conf_is_one_quoted_argument_and_checked_against_its_schema(airflow_env, tmp_path):
