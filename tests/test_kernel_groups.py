@@ -55,19 +55,26 @@ def test_an_hbm_tier_that_saves_less_than_its_call_is_emptied():
     assert cost < cost_plan(problem, filled).max_cost
 
 
+def _enumerated(num_tables: int, seed: int) -> tuple[Problem, float, Plan]:
+    """Tables on three GPUs with call costs: the problem, the best of all its assignments (each
+    GPU's rows chosen by :meth:`ExactGpuCost.best`) and a round-robin start."""
+    base = random_problem(num_tables, 3, seed=seed, hbm_share=0.2)
+    problem = dataclasses.replace(base, hardware=dataclasses.replace(base.hardware, cost_model=CALLS))
+    oracle = ExactGpuCost(problem, {})
+    best = min(
+        max(oracle.best([j for j in range(num_tables) if gpu[j] == g])[0] for g in range(3))
+        for gpu in itertools.product(range(3), repeat=num_tables)
+        if gpu[0] == 0
+    )
+    start = polish(problem, Plan("p", tuple(j % 3 for j in range(num_tables)), (0,) * num_tables))
+    return problem, best, start
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_refine_matches_every_assignment_enumerated(seed):
     """Six tables on three GPUs: the refined plan is never worse than where it started, is valid,
     and is within 2% of the best of all 243 assignments, each GPU's rows chosen alike."""
-    base = random_problem(6, 3, seed=seed, hbm_share=0.2)
-    problem = dataclasses.replace(base, hardware=dataclasses.replace(base.hardware, cost_model=CALLS))
-    oracle = ExactGpuCost(problem, {})
-    best = min(
-        max(oracle.best([j for j in range(6) if gpu[j] == g])[0] for g in range(3))
-        for gpu in itertools.product(range(3), repeat=6)
-        if gpu[0] == 0
-    )
-    start = polish(problem, Plan("p", tuple(j % 3 for j in range(6)), (0,) * 6))
+    problem, best, start = _enumerated(6, seed)
     refined = refine(problem, start, 20.0)
     assert not violations(problem, refined)
     cost = cost_plan(problem, refined).max_cost
@@ -79,15 +86,7 @@ def test_refine_matches_every_assignment_enumerated(seed):
 def test_kicks_take_the_polish_out_of_a_local_optimum(seed, monkeypatch):
     """Nine tables on three GPUs, where moves and swaps off the slowest GPU stop 13-36% above the
     best of all 6,561 assignments (each GPU's rows chosen alike): the kicks reach it."""
-    base = random_problem(9, 3, seed=seed, hbm_share=0.2)
-    problem = dataclasses.replace(base, hardware=dataclasses.replace(base.hardware, cost_model=CALLS))
-    oracle = ExactGpuCost(problem, {})
-    best = min(
-        max(oracle.best([j for j in range(9) if gpu[j] == g])[0] for g in range(3))
-        for gpu in itertools.product(range(3), repeat=9)
-        if gpu[0] == 0
-    )
-    start = polish(problem, Plan("p", tuple(j % 3 for j in range(9)), (0,) * 9))
+    problem, best, start = _enumerated(9, seed)
     kicked = refine(problem, start, 20.0)
     assert not violations(problem, kicked)
     assert cost_plan(problem, kicked).max_cost == pytest.approx(best, rel=1e-9)
