@@ -53,6 +53,8 @@ def choose_shards(problem: Problem, max_column_shards: int) -> tuple[int, ...]:
 # Not more: the exact split of shards that keep their siblings' rows is not bounded by the time
 # limit (100 tables x 8 GPUs cut 8 ways: 158 s of a 60 s limit, for a worse plan)
 ALL_CUT_ENTRIES = 256
+# the shares of the tables (largest first) the mixed rungs keep cut as much as the all-cut one
+MIXED_CUT_SHARES = (0.25, 0.5, 0.75)
 
 
 def cut_ladder(problem: Problem, max_column_shards: int) -> list[tuple[int, ...]]:
@@ -64,6 +66,18 @@ def cut_ladder(problem: Problem, max_column_shards: int) -> list[tuple[int, ...]
     # with a fixed cost per kernel call every GPU would run every table's rows (each its own call)
     all_cut = most != cuts and sum(most) <= ALL_CUT_ENTRIES and not has_call_costs(problem)
     ladder = [most] if all_cut else []
+    if all_cut:
+        # between it and choose_shards's: the largest tables cut as much, the rest less (their
+        # shards' id buffers take HBM the rows of the large ones want; a few shards still balance)
+        largest = sorted(range(len(most)), key=lambda j: -problem.tables[j].size_bytes)
+        for share in MIXED_CUT_SHARES:
+            keep = set(largest[: round(share * len(most))])
+            rest = max(most) // 2
+            while rest >= 1:
+                mixed = tuple(k if j in keep else min(k, rest) for j, k in enumerate(most))
+                if mixed not in ladder and mixed != cuts:
+                    ladder.append(mixed)
+                rest //= 2
     ladder.append(cuts)
     while any(k > 1 for k in cuts):
         cuts = tuple(max(1, k // 2) for k in cuts)

@@ -14,6 +14,7 @@ from recshard_stats.manifest import MilpStatus, PlanSource
 from recshard_stats.options import SolveOptions
 from recshard_stats.solver import milp
 from recshard_stats.solver.baselines import all_baselines, greedy
+from recshard_stats.solver.column_split import choose_shards, cut_ladder
 from recshard_stats.solver.heuristic import balanced_plan
 from recshard_stats.solver.plan import Plan, cost_plan, violations
 from recshard_stats.solver.problem import Problem, TableDemand
@@ -467,3 +468,18 @@ def test_a_milp_too_big_to_build_in_its_time_is_skipped_and_the_search_gets_the_
     assert outcome.source in (PlanSource.LOCAL_SEARCH, PlanSource.START)
     assert violations(outcome.placed or problem, outcome.best.plan) == []
     assert outcome.best.max_cost >= outcome.lower_bound
+
+
+def test_the_ladder_tries_the_largest_tables_cut_most_and_the_rest_less():
+    """Between the all-cut rung and choose_shards's: the largest quarter, half and three quarters of
+    the tables (by bytes) cut as much as they may be, the rest cut half as much, a quarter, ...,
+    whole; most cut first, every table whole last, no cut twice."""
+    problem = random_problem(12, 4, seed=5)
+    most = tuple(t.most_column_shards(4, 8) for t in problem.tables)
+    ladder = cut_ladder(problem, 8)
+    assert ladder[0] == most and ladder[-1] == (1,) * 12 and len(set(ladder)) == len(ladder)
+    by_size = sorted(range(12), key=lambda j: -problem.tables[j].size_bytes)
+    for kept in (3, 6, 9):
+        for rest in (2, 1):
+            mixed = tuple(most[j] if j in by_size[:kept] else min(most[j], rest) for j in range(12))
+            assert mixed in ladder or mixed == choose_shards(problem, 8), (kept, rest)
