@@ -59,8 +59,10 @@ MIXED_CUT_SHARES = (0.25, 0.5, 0.75)
 
 def cut_ladder(problem: Problem, max_column_shards: int) -> list[tuple[int, ...]]:
     """The cuts the search tries, most cut first: every table cut as much as it may be (when that
-    stays within ALL_CUT_ENTRIES entries and calls cost nothing fixed), :func:`choose_shards`'s, then each table's count
-    halved, down to every table whole (always last): fewer shards are tried before none."""
+    stays within ALL_CUT_ENTRIES entries and calls cost nothing fixed) and then, beside it, the
+    largest tables cut as much and the rest less (MIXED_CUT_SHARES); :func:`choose_shards`'s, then
+    each table's count halved, down to every table whole (always last): fewer shards are tried
+    before none."""
     most = tuple(t.most_column_shards(problem.num_gpus, max_column_shards) for t in problem.tables)
     cuts = choose_shards(problem, max_column_shards)
     # with a fixed cost per kernel call every GPU would run every table's rows (each its own call)
