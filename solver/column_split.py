@@ -67,7 +67,10 @@ def cut_ladder(problem: Problem, max_column_shards: int) -> list[tuple[int, ...]
     cuts = choose_shards(problem, max_column_shards)
     # with a fixed cost per kernel call every GPU would run every table's rows (each its own call)
     all_cut = most != cuts and sum(most) <= ALL_CUT_ENTRIES and not has_call_costs(problem)
-    ladder = [most] if all_cut else []
+    tail = [cuts]  # choose_shards's, then halved down to every table whole
+    while any(k > 1 for k in tail[-1]):
+        tail.append(tuple(max(1, k // 2) for k in tail[-1]))
+    head = [most] if all_cut else []
     if all_cut:
         # between it and choose_shards's: the largest tables cut as much, the rest less (their
         # shards' id buffers take HBM the rows of the large ones want; a few shards still balance)
@@ -76,15 +79,10 @@ def cut_ladder(problem: Problem, max_column_shards: int) -> list[tuple[int, ...]
             keep = set(largest[: round(share * len(most))])
             rest = max(most) // 2
             while rest >= 1:
-                mixed = tuple(k if j in keep else min(k, rest) for j, k in enumerate(most))
-                if mixed not in ladder and mixed != cuts:
-                    ladder.append(mixed)
+                head.append(tuple(k if j in keep else min(k, rest) for j, k in enumerate(most)))
                 rest //= 2
-    ladder.append(cuts)
-    while any(k > 1 for k in cuts):
-        cuts = tuple(max(1, k // 2) for k in cuts)
-        ladder.append(cuts)
-    return ladder
+    # each cut once, the tail's in place (every table whole stays last)
+    return [c for c in dict.fromkeys(head) if c not in tail] + tail
 
 
 def shard_counts(problem: Problem, max_column_shards: int, most: tuple[int, ...] | None = None):

@@ -181,20 +181,20 @@ def refine(problem: Problem, plan: Plan, time_s: float, name: str | None = None)
             on[worst], on[h], states[worst], states[h] = mine, theirs, a, b
         return max(s[0] for s in states), gpu, states
 
-    best = descend(list(plan.gpu))
+    incumbent = descend(list(plan.gpu))
     fruitless = 0
     while movable and fruitless < KICKS_WITHOUT_GAIN and time.time() < deadline:
-        gpu = list(best[1])
+        gpu = list(incumbent[1])
         for j in rng.choice(movable, size=min(2, len(movable)), replace=False):
             free = [h for h in range(problem.num_gpus) if h != gpu[j] and allowed(gpu, int(j), h)]
             if free:
                 gpu[j] = int(rng.choice(free))
         kicked = descend(gpu)
         fruitless += 1
-        if kicked[0] < best[0] * (1 - _REL):
-            best, fruitless = kicked, 0
+        if kicked[0] < incumbent[0] * (1 - _REL):
+            incumbent, fruitless = kicked, 0
     rows = list(plan.rows_hbm)
-    for state in best[2]:
+    for state in incumbent[2]:
         for j, r in state[1].items():
             rows[j] = r
-    return Plan(name or plan.name, tuple(best[1]), tuple(rows))
+    return Plan(name or plan.name, tuple(incumbent[1]), tuple(rows))
