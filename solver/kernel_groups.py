@@ -13,7 +13,8 @@ with them counted, by the exact cost of :func:`recshard_stats.costmodel.placemen
   a split table, which runs its bags in both tiers, is tried whole in each;
 - tables move, and swap, off the slowest GPU; from the best plan so far, kicked (two tables moved
   at random), again while time lasts (an iterated local search: the moves alone stop in a local
-  optimum, on the built-in example at 0.2100 ms after 6.5 s, and kicks found 0.2076 ms in 18 s).
+  optimum, on the built-in example at 0.2100 ms after 6.2 s, and kicks found 0.2077 ms in 18 s:
+  ``benchmarks/call_polish_bench.py``).
 
 Column shards keep their GPU and rows (their siblings' GPUs depend on them).
 """

@@ -46,7 +46,8 @@ SMALL_TABLES, SMALL_GPUS = 12, 8
 FINISH_SHARE = 0.05
 # the share of the time limit kept for the polish with the kernel calls counted, where the model
 # has them: with the H200 calibration a call's longest bag sets much of a GPU's time, which only
-# that polish sees (the built-in example: 0.2339 ms with the 4.7 s it had left, 0.2076 ms with this)
+# that polish sees (the built-in example: 0.2339 ms with the 4.7 s it had left, 0.2076 ms with this;
+# BENCHMARKS.md)
 CALL_COST_SHARE = 0.45
 
 
