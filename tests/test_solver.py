@@ -238,6 +238,23 @@ def test_every_bound_is_below_the_optimum_found_by_enumeration(seed, hbm_share):
         assert outcome.best.max_cost == pytest.approx(optimum, rel=1e-6)
 
 
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_the_milp_sees_every_wide_count_class(solver):
+    """8 classes of 1,000 rows hit 8..1 times, HBM for 6,500 rows, one GPU. By hand: HBM serves
+    (8+7+6+5+4+3) * 1000 + 2 * 500 = 34,000 accesses at 1/1000 s and UVM 2,000 at 1 s: 2,034 s.
+    With lines only at log-spaced rows, class 5's line (slope 4) claimed all 36,000 accesses by
+    row 6,500, and the MILP's objective was 36 s for a plan costing 2,034 s."""
+    problem = Problem(
+        (table("t", list(range(8, 0, -1)), [1000] * 8, 8000),),
+        hardware(num_gpus=1, hbm_bytes_per_gpu=6500, host_bytes=10**6),
+    )
+    options = SolveOptions(solver=solver, time_limit_s=20, mip_gap=0.0, max_column_shards=1)
+    result = milp.solve_milp(problem, options)
+    by_hand_s = (8 + 7 + 6 + 5 + 4 + 3) * 1000 / 1000 + 2 * 500 / 1000 + 2000 * 1.0
+    assert result.objective_ms is not None and result.objective_ms / 1e3 == pytest.approx(by_hand_s, rel=1e-6)
+    assert cost_plan(problem, result.plan).max_cost == pytest.approx(by_hand_s, rel=1e-6)
+
+
 def test_infeasible_host_names_the_shortfall():
     problem = random_problem(10, 2, seed=1, host_bytes=1000)
     with pytest.raises(RecShardError) as err:
