@@ -91,26 +91,36 @@ class GpuCostModel:
         and held shard rows."""
         bytes_, saved = np.asarray(bytes_), np.asarray(saved)
         capacity = self.capacity - np.asarray(buffers, dtype=np.float64)
-        cap = np.maximum(capacity, 0.0)[..., None]
-        last = bytes_.shape[-1] - 1
-        i = np.minimum((bytes_ <= cap).sum(-1) - 1, last)[..., None]
-        nxt = np.minimum(i + 1, last)
-        saving = _interpolated(
-            cap, *(np.take_along_axis(a, k, -1) for a in (bytes_, saved) for k in (i, nxt))
-        )
-        return self.settled(np.asarray(uvm) - saving[..., 0], uvm, capacity, held, held_saving)
+        fills = [
+            _interpolated(
+                cap[..., None],
+                *(np.take_along_axis(a, k, -1) for a in (bytes_, saved) for k in _around(bytes_, cap)),
+            )[..., 0]
+            for cap in (np.maximum(capacity, 0.0), np.maximum(capacity + held, 0.0))
+        ]
+        free_first = (fills[1], np.minimum(np.maximum(capacity + held, 0.0), bytes_[..., -1]))
+        return self.settled(np.asarray(uvm) - fills[0], uvm, capacity, held, held_saving, free_first)
 
-    def settled(self, cost, uvm, capacity, held, held_saving):
+    def settled(self, cost, uvm, capacity, held, held_saving, free_first):
         """``cost`` where the GPU's buffers and held shard rows fit (``capacity`` >= 0 left); where
-        only the trainer buffers fit, the held rows that do not are lost at their mean saving per
+        only the trainer buffers fit, the better of the other tables in UVM and the held rows that
+        do not fit lost, or the other tables filled first (``free_first``: their saving and bytes
+        in the HBM the buffers leave) and as many held rows lost, each at their mean saving per
         byte; where the buffers overflow, more than all tables in UVM, the more the further over
         (the search and LPT can tell a change that lessens an overflow from one that does not)."""
         capacity, held = np.asarray(capacity, dtype=np.float64), np.asarray(held, dtype=np.float64)
         uvm, held_saving = np.asarray(uvm), np.asarray(held_saving)
-        lost = -capacity * held_saving / np.where(held > 0, held, 1.0)
+        per_byte = held_saving / np.where(held > 0, held, 1.0)
+        lost = -capacity * per_byte
+        # 4 GPUs: a GPU with a shard's held rows and five small tables that overflow it by 2%
+        # had all five in UVM (4,000 s each) where their rows fit for 2% of the held rows
+        saving, used = free_first
+        filled = uvm - saving + np.maximum(used - capacity, 0.0) * per_byte
         over = np.maximum(-(capacity + held), 0.0)
         overflowing = uvm + held_saving + self.overflow_s * (1.0 + over / max(self.capacity, 1.0))
-        return np.where(capacity >= 0, cost, np.where(capacity + held >= 0, uvm + lost, overflowing))
+        return np.where(
+            capacity >= 0, cost, np.where(capacity + held >= 0, np.minimum(uvm + lost, filled), overflowing)
+        )
 
     def cost(self, tables) -> float:
         tables = list(tables)
@@ -126,6 +136,13 @@ class GpuCostModel:
                 self.held_saving[tables].sum(),
             )
         )
+
+
+def _around(bytes_: np.ndarray, cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The level indices (``[..., 1]``) between which ``cap`` bytes of HBM run out."""
+    last = bytes_.shape[-1] - 1
+    i = np.minimum((bytes_ <= cap[..., None]).sum(-1) - 1, last)[..., None]
+    return i, np.minimum(i + 1, last)
 
 
 def _interpolated(cap, b0, b1, s0, s1):
@@ -212,22 +229,30 @@ class _State:
         the savings only at the two levels around where HBM runs out."""
         bytes_, saved, uvm, buffers, held, held_saving = self.padded
         capacity = self.model.capacity - (self.buffers[h] - buffers[out] + buffers[into])
-        cap = np.maximum(capacity, 0.0)
+        held_rows = self.held[h] - held[out] + held[into]
         b = self.bytes[h] - bytes_[out] + bytes_[into]
-        last = b.shape[1] - 1
-        i = np.clip((b <= cap[:, None]).sum(1) - 1, 0, last)
-        nxt = np.minimum(i + 1, last)
-        r = np.arange(len(out))
-        s0 = self.saved[h, i] - saved[out, i] + saved[into, i]
-        s1 = self.saved[h, nxt] - saved[out, nxt] + saved[into, nxt]
+
+        def fill(b: np.ndarray, out: np.ndarray, into: np.ndarray, cap: np.ndarray) -> np.ndarray:
+            """Seconds saved by ``cap`` bytes of HBM on GPU h with ``b`` bytes at each level."""
+            i, nxt = (k[:, 0] for k in _around(b, cap))
+            r = np.arange(len(b))
+            s0 = self.saved[h, i] - saved[out, i] + saved[into, i]
+            s1 = self.saved[h, nxt] - saved[out, nxt] + saved[into, nxt]
+            return _interpolated(cap, b[r, i], b[r, nxt], s0, s1)
+
+        free_cap = np.maximum(capacity + held_rows, 0.0)
+        free_fill = np.zeros(len(out))
+        short = np.flatnonzero((capacity < 0) & (held_rows > 0))  # only there is it read
+        if len(short):
+            free_fill[short] = fill(b[short], out[short], into[short], free_cap[short])
         all_uvm = self.uvm[h] - uvm[out] + uvm[into]
-        cost = all_uvm - _interpolated(cap, b[r, i], b[r, nxt], s0, s1)
         return self.model.settled(
-            cost,
+            all_uvm - fill(b, out, into, np.maximum(capacity, 0.0)),
             all_uvm,
             capacity,
-            self.held[h] - held[out] + held[into],
+            held_rows,
             self.held_saving[h] - held_saving[out] + held_saving[into],
+            (free_fill, np.minimum(free_cap, b[:, -1])),
         )
 
     def _conflicts(self, tables: np.ndarray, h: int, leaving: np.ndarray) -> np.ndarray:
