@@ -133,6 +133,7 @@ class _GpuSplits:
             self.mine[g].append(j)
         self._splits: dict[tuple, dict[int, int] | None] = {}
         self._costs: dict[tuple, float | None] = {}
+        self._table_costs: dict[tuple[int, int], float] = {}  # most of a GPU's tables keep their rows
 
     def _key(self, g: int, fixed: dict[int, int]) -> tuple:
         return g, tuple((j, fixed[j]) for j in self.mine[g] if j in fixed)
@@ -158,10 +159,13 @@ class _GpuSplits:
         key = self._key(g, fixed)
         if key not in self._costs:
             rows = self.split(g, fixed)
-            self._costs[key] = (
-                None if rows is None else sum(self.problem.table_cost(j, r) for j, r in rows.items())
-            )
+            self._costs[key] = None if rows is None else sum(self._table_cost(j, r) for j, r in rows.items())
         return self._costs[key]
+
+    def _table_cost(self, j: int, rows: int) -> float:
+        if (j, rows) not in self._table_costs:
+            self._table_costs[j, rows] = self.problem.table_cost(j, rows)
+        return self._table_costs[j, rows]
 
     def split_all(
         self, fixed: dict[int, int], gpus=None, rows: tuple[int, ...] | None = None

@@ -231,12 +231,12 @@ def best_rows(problem: Problem, gpu: tuple[int, ...]) -> float:
     return float(np.where(fits, gpu_cost.max(1), np.inf).min())
 
 
-def check_split(scenario: str, seed: int) -> int:
-    """The split of every assignment of the instance's tables cut in two (those that may be)
-    against :func:`best_rows`: exact on each. Returns the assignments checked."""
+def split_gaps(scenario: str, seed: int) -> list[float]:
+    """The split of every assignment of the instance's tables cut in two (those that may be):
+    per assignment with a plan that fits, how far its cost is above :func:`best_rows` (0: exact)."""
     problem = tiny_problem(scenario, seed)
     placed = split_problem(problem, tuple(2 if t.dim % 2 == 0 else 1 for t in problem.tables))
-    checked = 0
+    gaps = []
     for gpu in itertools.product(range(placed.num_gpus), repeat=len(placed.tables)):
         if gpu[0] != 0 or any(gpu[e] in (gpu[s] for s in placed.siblings[e]) for e in range(len(gpu))):
             continue
@@ -245,19 +245,20 @@ def check_split(scenario: str, seed: int) -> int:
             continue
         plan = Plan("split", gpu, split_assignment(placed, gpu))
         cost = cost_plan(placed, plan)
-        assert violations(placed, plan, cost) == []
-        assert cost.max_cost == pytest.approx(best, rel=1e-9), f"{scenario} {seed} {gpu}: {plan.rows_hbm}"
-        checked += 1
-    return checked
+        gaps.append(np.inf if violations(placed, plan, cost) else cost.max_cost / best - 1)
+    return gaps
 
 
 @pytest.mark.parametrize(("scenario", "seed"), SPLIT_FAST)
 def test_the_split_of_shards_is_exact(scenario, seed):
-    assert check_split(scenario, seed) > 0
+    gaps = split_gaps(scenario, seed)
+    assert gaps and max(gaps) <= 1e-9
 
 
 @pytest.mark.slow
 def test_the_split_of_shards_is_exact_on_the_family():
-    """Every assignment of 160 instances: settling one table's shards before the others' left
-    28 of 2,018 assignments over 1% above their best rows (up to 52%)."""
-    assert sum(check_split(s, seed) for s in SCENARIOS for seed in range(40)) >= 2000
+    """Every assignment of 160 instances (2,110 that fit): settling one table's shards before the
+    others' left 28 over 1% above their best rows (up to 52%, BENCHMARKS.md)."""
+    gaps = [g for s in SCENARIOS for seed in range(40) for g in split_gaps(s, seed)]
+    assert len(gaps) >= 2000
+    assert max(gaps) <= 1e-9
