@@ -91,15 +91,21 @@ class GpuCostModel:
         and held shard rows."""
         bytes_, saved = np.asarray(bytes_), np.asarray(saved)
         capacity = self.capacity - np.asarray(buffers, dtype=np.float64)
-        fills = [
-            _interpolated(
-                cap[..., None],
-                *(np.take_along_axis(a, k, -1) for a in (bytes_, saved) for k in _around(bytes_, cap)),
-            )[..., 0]
-            for cap in (np.maximum(capacity, 0.0), np.maximum(capacity + held, 0.0))
-        ]
-        free_first = (fills[1], np.minimum(np.maximum(capacity + held, 0.0), bytes_[..., -1]))
-        return self.settled(np.asarray(uvm) - fills[0], uvm, capacity, held, held_saving, free_first)
+
+        def fill(cap: np.ndarray) -> np.ndarray:
+            """Seconds saved by ``cap`` bytes of HBM on each GPU."""
+            ends = (np.take_along_axis(a, k, -1) for a in (bytes_, saved) for k in _around(bytes_, cap))
+            return _interpolated(cap[..., None], *ends)[..., 0]
+
+        free_cap = np.maximum(capacity + held, 0.0)
+        # the other tables filled first: read only where the held rows do not fit
+        free_fill = (
+            fill(free_cap) if np.any((capacity < 0) & (np.asarray(held) > 0)) else np.zeros_like(capacity)
+        )
+        free_first = (free_fill, np.minimum(free_cap, bytes_[..., -1]))
+        return self.settled(
+            np.asarray(uvm) - fill(np.maximum(capacity, 0.0)), uvm, capacity, held, held_saving, free_first
+        )
 
     def settled(self, cost, uvm, capacity, held, held_saving, free_first):
         """``cost`` where the GPU's buffers and held shard rows fit (``capacity`` >= 0 left); where
@@ -232,13 +238,16 @@ class _State:
         held_rows = self.held[h] - held[out] + held[into]
         b = self.bytes[h] - bytes_[out] + bytes_[into]
 
-        def fill(b: np.ndarray, out: np.ndarray, into: np.ndarray, cap: np.ndarray) -> np.ndarray:
-            """Seconds saved by ``cap`` bytes of HBM on GPU h with ``b`` bytes at each level."""
-            i, nxt = (k[:, 0] for k in _around(b, cap))
-            r = np.arange(len(b))
-            s0 = self.saved[h, i] - saved[out, i] + saved[into, i]
-            s1 = self.saved[h, nxt] - saved[out, nxt] + saved[into, nxt]
-            return _interpolated(cap, b[r, i], b[r, nxt], s0, s1)
+        def fill(
+            level_bytes: np.ndarray, leaving: np.ndarray, joining: np.ndarray, cap: np.ndarray
+        ) -> np.ndarray:
+            """Seconds saved by ``cap`` bytes of HBM on GPU h, per pair (``level_bytes``: its bytes
+            at each level once ``leaving`` goes and ``joining`` comes)."""
+            i, nxt = (k[:, 0] for k in _around(level_bytes, cap))
+            r = np.arange(len(level_bytes))
+            s0 = self.saved[h, i] - saved[leaving, i] + saved[joining, i]
+            s1 = self.saved[h, nxt] - saved[leaving, nxt] + saved[joining, nxt]
+            return _interpolated(cap, level_bytes[r, i], level_bytes[r, nxt], s0, s1)
 
         free_cap = np.maximum(capacity + held_rows, 0.0)
         free_fill = np.zeros(len(out))
