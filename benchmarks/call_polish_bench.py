@@ -45,9 +45,9 @@ def main() -> None:
 
     plain_refine = kernel_groups.refine
 
-    def timed_refine(placed, plan, time_s, name=None):
+    def timed_refine(placed, plan, time_s, name=None, seed=0):
         t0, before = time.time(), cost_plan(placed, plan).max_cost
-        out = plain_refine(placed, plan, time_s, name)
+        out = plain_refine(placed, plan, time_s, name, seed)
         print(
             f"  refine: budget {time_s:.1f}s, used {time.time() - t0:.1f}s, "
             f"{before * MS_PER_S:.4f} -> {cost_plan(placed, out).max_cost * MS_PER_S:.4f} ms"

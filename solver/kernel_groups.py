@@ -14,7 +14,9 @@ with them counted, by the exact cost of :func:`recshard_stats.costmodel.placemen
 - tables move, and swap, off the slowest GPU; from the best plan so far, kicked (two tables moved
   at random), again while time lasts (an iterated local search: the moves alone stop in a local
   optimum, on the built-in example at 0.2100 ms after 6.2 s, and kicks found 0.2077 ms in 18 s:
-  ``benchmarks/call_polish_bench.py``).
+  ``benchmarks/call_polish_bench.py``);
+- besides the plans of the linear stages, a start placed with the calls counted
+  (:func:`call_lpt_plan`).
 
 Column shards keep their GPU and rows (their siblings' GPUs depend on them).
 """
@@ -133,17 +135,39 @@ class ExactGpuCost:
 KICKS_WITHOUT_GAIN = 40
 
 
-def refine(problem: Problem, plan: Plan, time_s: float, name: str | None = None) -> Plan:
+def call_lpt_plan(problem: Problem) -> Plan | None:
+    """Longest processing time first with the calls counted: the tables, whole, costliest in UVM
+    first, each onto the GPU whose exact cost (:meth:`ExactGpuCost.best`) is lowest once it holds
+    it (of equal ones, the GPU cheapest before). A table joins a GPU whose call of its row size
+    already runs where that saves more than the load it adds, which the linear stages, blind to
+    calls, never weigh (None: some table's buffers fit on no GPU beside those placed before it)."""
+    model = ExactGpuCost(problem, {})
+    on: list[list[int]] = [[] for _ in range(problem.num_gpus)]
+    for j in sorted(range(len(problem.tables)), key=lambda j: (-problem.uvm_time(j), j)):
+        h = min(range(problem.num_gpus), key=lambda h: (model.best([*on[h], j])[0], model.best(on[h])[0]))
+        if not np.isfinite(model.best([*on[h], j])[0]):
+            return None
+        on[h].append(j)
+    gpu, rows = [0] * len(problem.tables), [0] * len(problem.tables)
+    for h, tables in enumerate(on):
+        for j in tables:
+            gpu[j] = h
+        for j, r in model.best(tables)[1].items():
+            rows[j] = r
+    return Plan("call_lpt", tuple(gpu), tuple(rows))
+
+
+def refine(problem: Problem, plan: Plan, time_s: float, name: str | None = None, seed: int = 0) -> Plan:
     """``plan`` polished with the kernel calls counted: moves and swaps off the slowest GPU,
     each GPU's rows by :meth:`ExactGpuCost.best`, until nothing helps; then, while ``time_s``
-    lasts, the best plan so far kicked (two tables moved to random GPUs) and polished again,
-    until :data:`KICKS_WITHOUT_GAIN` kicks in a row find nothing better."""
+    lasts, the best plan so far kicked (two tables moved to random GPUs, drawn from ``seed``) and
+    polished again, until :data:`KICKS_WITHOUT_GAIN` kicks in a row find nothing better."""
     deadline = time.time() + time_s
     shards = {j for group in problem.shard_groups for j in group}
     model = ExactGpuCost(problem, {j: plan.rows_hbm[j] for j in shards})
     siblings = problem.siblings
     movable = [j for j in range(len(problem.tables)) if j not in shards]
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
 
     def allowed(gpu: list[int], j: int, h: int, leaving: int | None = None) -> bool:
         return all(gpu[s] != h or s == leaving for s in siblings[j])

@@ -25,7 +25,7 @@ from recshard_stats.solver.column_split import (
     table_shards,
 )
 from recshard_stats.solver.heuristic import balanced_plan, packed_plan
-from recshard_stats.solver.kernel_groups import has_call_costs, refine
+from recshard_stats.solver.kernel_groups import call_lpt_plan, has_call_costs, refine
 from recshard_stats.solver.local_search import GpuCostModel, improve, lpt_plan
 from recshard_stats.solver.milp import BUILD_PAIRS_PER_SECOND, CutPlan, MilpResult, milp_pairs, solve_milp
 from recshard_stats.solver.plan import Plan, PlanCost, cost_plan, violations
@@ -49,6 +49,8 @@ FINISH_SHARE = 0.05
 # that polish sees (the built-in example: 0.2339 ms with the 4.7 s it had left, 0.2076 ms with this;
 # BENCHMARKS.md)
 CALL_COST_SHARE = 0.45
+# of that time, the share every start of the polish has before the best of them gets the rest
+CALL_RACE_SHARE = 0.4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -315,25 +317,55 @@ def _with_call_costs(
     baselines: tuple[PlanCost, ...],
     clock: _Clock,
 ) -> Candidate:
-    """The kernel calls' costs, which everything before leaves out: the plan, the best plan of
-    every other cut of the ladder (more shards mean more calls: the cut cheapest without them
-    need not be with them) and the best whole-table baseline rearranged with them counted, the
-    baselines as they are beside them."""
+    """The kernel calls' costs, which everything before leaves out: the plan, the whole tables
+    placed with them counted (:func:`call_lpt_plan`), the best plan of every other cut of the
+    ladder (more shards mean more calls: the cut cheapest without them need not be with them) and
+    the best whole-table baseline rearranged with them counted: each for a short while, then the
+    best of them for the rest of the time; the baselines as they are beside them."""
     ranked = sorted(baselines, key=lambda b: b.max_cost)
     others = [c for c in cuts if cuts_of(c.placed) != cuts_of(best.placed)]
-    tries = (
+    gathered = call_lpt_plan(problem)
+    tries: list[tuple[Problem, Plan]] = []
+    seen: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
+    for placed, plan in (
         [(best.placed, best.cost.plan)]
+        + ([(problem, gathered)] if gathered is not None else [])
         + [(c.placed, c.cost.plan) for c in others]
         + [(problem, b.plan) for b in ranked[:1]]
-    )
-    for i, (placed, plan) in enumerate(tries):
-        # the plan chosen so far gets half of the time, the others share the rest
-        budget = clock.left() / 2 if i == 0 and len(tries) > 1 else clock.left() / (len(tries) - i)
+    ):
+        if (cuts_of(placed), plan.gpu) not in seen:  # the plan chosen may be the baseline's
+            seen.add((cuts_of(placed), plan.gpu))
+            tries.append((placed, plan))
+    # each try descends and is kicked for a short while (the plan a try starts from says little
+    # of where it ends), then the best of them gets the rest of the time
+    race = clock.left() * CALL_RACE_SHARE
+    polished: list[Candidate] = []
+    for placed, plan in tries:
+        budget = min(race / len(tries), clock.left())
         if budget <= 0:
             break
         refined = _valid(placed, refine(placed, plan, budget, "recshard"), PlanSource.KERNEL_GROUPS)
-        if refined and refined.cost.max_cost < best.cost.max_cost * (1 - 1e-9):
-            best = refined
+        log.info(
+            "calls counted: %s (%s) %.4f ms/batch after %.1fs",
+            plan.name,
+            _describe(problem, placed),
+            refined.cost.max_cost * MS_PER_S if refined else float("nan"),
+            budget,
+        )
+        if refined:
+            polished.append(refined)
+    leader = _cheapest(*polished)
+    if leader is not None and clock.left() > 0:
+        leader = _cheapest(
+            leader,
+            _valid(
+                leader.placed,
+                refine(leader.placed, leader.cost.plan, clock.left(), "recshard", seed=1),  # new kicks
+                PlanSource.KERNEL_GROUPS,
+            ),
+        )
+    if leader is not None and leader.cost.max_cost < best.cost.max_cost * (1 - 1e-9):
+        best = leader
     for b in ranked:
         if b.max_cost < best.cost.max_cost * (1 - 1e-9) and not violations(problem, b.plan, b):
             best = Candidate(b, problem, PlanSource.BASELINE)

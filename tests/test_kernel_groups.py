@@ -10,7 +10,8 @@ import pytest
 from recshard_stats.costmodel import CostModel, PassTerms, TierTerms
 from recshard_stats.options import SolveOptions
 from recshard_stats.solver import kernel_groups
-from recshard_stats.solver.kernel_groups import ExactGpuCost, refine
+from recshard_stats.solver.kernel_groups import ExactGpuCost, call_lpt_plan, refine
+from recshard_stats.solver.local_search import lpt_plan
 from recshard_stats.solver.plan import Plan, cost_plan, violations
 from recshard_stats.solver.problem import Problem
 from recshard_stats.solver.solve import polish, solve_problem
@@ -37,6 +38,50 @@ def test_calls_gather_tables_of_one_row_size_on_a_gpu():
     assert cost_plan(problem, refined).max_cost < cost_plan(problem, alternating).max_cost
     # all in HBM: one call of 50 us per GPU and pass, plus the bytes
     assert cost_plan(problem, refined).max_cost == pytest.approx(50e-6 + 2 * 1000 * 64 * 1e-12, rel=1e-9)
+
+
+def test_the_start_with_calls_counted_puts_a_table_where_its_row_size_runs():
+    """Two busy tables (64 and 16 columns) on two GPUs, then a light one of each size: placed
+    with the calls counted, each light table joins the busy one of its size (one 50-us call per
+    GPU); the solver's LPT, which leaves calls out, puts the first light table beside the less
+    busy GPU's other size (two calls there)."""
+    cols = (64, 16, 64, 16)
+    accesses = (1000.0, 1000.0, 10.0, 10.0)
+    tables = tuple(
+        table(f"t{i}", [3, 1], [5, 10], 20, d, accesses=a)
+        for i, (d, a) in enumerate(zip(cols, accesses, strict=True))
+    )
+    hw = dataclasses.replace(
+        hardware(num_gpus=2, hbm_bytes_per_gpu=10**6, host_bytes=10**9), cost_model=CALLS
+    )
+    problem = Problem(tables, hw)
+    gathered = call_lpt_plan(problem)
+    assert gathered is not None and not violations(problem, gathered)
+    assert gathered.gpu[0] == gathered.gpu[2] != gathered.gpu[1] == gathered.gpu[3]
+    assert gathered.rows_hbm == (20, 20, 20, 20)  # all in HBM: the host call costs more
+    # the 64-column GPU: one call, and each id's 64 bytes at 1e-12 s per byte
+    assert cost_plan(problem, gathered).max_cost == pytest.approx(50e-6 + (1000 + 10) * 64 * 1e-12, rel=1e-9)
+    linear = lpt_plan(problem)
+    assert linear.gpu[2] == linear.gpu[1]
+    assert cost_plan(problem, linear).max_cost >= 100e-6
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_start_with_calls_counted_is_split_as_each_gpu_is_best(seed):
+    """On six tables on three GPUs, the start's rows on each GPU are those the exact cost of that
+    GPU's tables chooses, its cost their costliest GPU's, never below the best of all 243
+    assignments; polished, it is within 2% of that best."""
+    problem, best, _ = _enumerated(6, seed)
+    gathered = call_lpt_plan(problem)
+    assert gathered is not None and not violations(problem, gathered)
+    oracle = ExactGpuCost(problem, {})
+    per_gpu = [oracle.best([j for j in range(6) if gathered.gpu[j] == g]) for g in range(3)]
+    for _, rows in per_gpu:
+        assert all(gathered.rows_hbm[j] == r for j, r in rows.items())
+    cost = cost_plan(problem, gathered).max_cost
+    assert cost == pytest.approx(max(c for c, _ in per_gpu), rel=1e-12)
+    assert best <= cost * (1 + 1e-9)
+    assert cost_plan(problem, refine(problem, gathered, 20.0)).max_cost <= best * 1.02
 
 
 def test_an_hbm_tier_that_saves_less_than_its_call_is_emptied():
