@@ -324,7 +324,8 @@ def _with_call_costs(
     best of them for the rest of the time; the baselines as they are beside them."""
     ranked = sorted(baselines, key=lambda b: b.max_cost)
     others = [c for c in cuts if cuts_of(c.placed) != cuts_of(best.placed)]
-    gathered = call_lpt_plan(problem)
+    # at most half the race: on thousands of tables the start alone would outlast the time limit
+    gathered = call_lpt_plan(problem, time.time() + clock.left() * CALL_RACE_SHARE / 2)
     tries: list[tuple[Problem, Plan]] = []
     seen: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
     for placed, plan in (

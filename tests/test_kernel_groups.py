@@ -4,6 +4,7 @@ checked against every assignment enumerated and against the exact cost model."""
 
 import dataclasses
 import itertools
+import time
 
 import pytest
 
@@ -61,6 +62,7 @@ def test_the_start_with_calls_counted_puts_a_table_where_its_row_size_runs():
     assert gathered.rows_hbm == (20, 20, 20, 20)  # all in HBM: the host call costs more
     # the 64-column GPU: one call, and each id's 64 bytes at 1e-12 s per byte
     assert cost_plan(problem, gathered).max_cost == pytest.approx(50e-6 + (1000 + 10) * 64 * 1e-12, rel=1e-9)
+    assert call_lpt_plan(problem, deadline=time.time() - 1) is None  # no time: no start
     linear = lpt_plan(problem)
     assert linear.gpu[2] == linear.gpu[1]
     assert cost_plan(problem, linear).max_cost >= 100e-6
