@@ -151,8 +151,9 @@ def call_lpt_plan(problem: Problem, deadline: float | None = None) -> Plan | Non
         now = time.time()
         if deadline is not None and now + (now - start) / max(placed, 1) * (len(order) - placed) > deadline:
             return None  # at the pace so far the rest would not be placed in time
-        h = min(range(problem.num_gpus), key=lambda h: (model.best([*on[h], j])[0], model.best(on[h])[0]))
-        if not np.isfinite(model.best([*on[h], j])[0]):
+        after = [model.best([*tables, j])[0] for tables in on]
+        h = min(range(problem.num_gpus), key=lambda h: (after[h], model.best(on[h])[0]))
+        if not np.isfinite(after[h]):
             return None
         on[h].append(j)
     gpu, rows = [0] * len(problem.tables), [0] * len(problem.tables)

@@ -86,6 +86,18 @@ def test_the_start_with_calls_counted_is_split_as_each_gpu_is_best(seed):
     assert cost_plan(problem, refine(problem, gathered, 20.0)).max_cost <= best * 1.02
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_the_solve_with_calls_reaches_every_assignment_enumerated(seed):
+    """The whole solve on nine tables on three GPUs (whole tables): its starts, each polished for a
+    while and the best for the rest, end at the best of all 6,561 assignments (each GPU's rows
+    chosen by :meth:`ExactGpuCost.best`)."""
+    problem, best, _ = _enumerated(9, seed)
+    options = SolveOptions(time_limit_s=20, max_column_shards=1, torchrec_baselines=False)
+    shipped = solve_problem(problem, options).best
+    assert not violations(problem, shipped.plan)
+    assert shipped.max_cost == pytest.approx(best, rel=1e-9)
+
+
 def test_an_hbm_tier_that_saves_less_than_its_call_is_emptied():
     """A table whose few HBM rows save 2 us while the HBM call costs 50 us: all of it in host
     memory is cheaper, though the water-fill puts its hottest rows in HBM."""
