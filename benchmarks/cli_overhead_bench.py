@@ -4,9 +4,11 @@
 
 One CLI run first, not timed: it saves the JVM class archive if the cache has none, and reads
 the logs into the page cache. Then ``--repeats`` rounds, each timing the CLI with the class
-archive (the default) and with ``--no-class-archive``, one after the other; then, in this
-process, one session's profiles: the first (a cold JVM) and ``--repeats`` more (warm). Prints
-every time, the medians and each median's ratio to the warm session's.
+archive (the default) and with ``--no-class-archive``, one after the other; then the CLI with
+``--server`` against a ``recshard serve`` started here: its first command (the server's JVM
+cold) and ``--repeats`` more; the server is stopped, and then, in this process, one session's
+profiles: the first (a cold JVM) and ``--repeats`` more (warm). Prints every time, the medians
+and each median's ratio to the warm session's.
 """
 
 from __future__ import annotations
@@ -56,6 +58,19 @@ def main() -> None:
     for _ in range(args.repeats):
         for name, extra in variants.items():
             timed(name, functools.partial(subprocess.run, [*cli, *extra], check=True, capture_output=True))
+    sock = work.with_name(f"{work.name}-server.sock")
+    server = subprocess.Popen(
+        [str(cli[0]), "serve", "--socket", str(sock)], stderr=subprocess.PIPE, text=True
+    )
+    assert server.stderr is not None
+    while "serving on" not in (line := server.stderr.readline()):
+        if not line and server.poll() is not None:
+            raise SystemExit(f"recshard serve ended with {server.returncode}")
+    served = functools.partial(subprocess.run, [*cli, "--server", str(sock)], check=True, capture_output=True)
+    for index in range(args.repeats + 1):
+        timed("CLI --server, first" if index == 0 else "CLI --server", served)
+    subprocess.run([str(cli[0]), "serve", "--stop", "--socket", str(sock)], check=True, capture_output=True)
+    server.wait()
     spark = spark_session("cli-overhead-bench")
     options = from_args(ProfileOptions, build_parser().parse_args([*profile, "--out", str(work)]))
     for index in range(args.repeats + 1):

@@ -26,6 +26,7 @@ from recshard_stats.options import (
     check_ds,
     from_args,
 )
+from recshard_stats.session_server import DEFAULT_IDLE_TIMEOUT_S, default_socket
 
 EXAMPLES = """examples:
   recshard run --out example_run                   # the built-in example, end to end
@@ -39,6 +40,7 @@ EXAMPLES = """examples:
   recshard validate --manifest manifests/ds=2026-12-01 --model conf/synthetic.yaml
   recshard publish --manifest manifests/ds=2026-12-01 --root manifests
   recshard calibrate --out conf/calibration/my_gpu.yaml   # on the training machine's GPU
+  recshard serve &   then   recshard profile ... --server   # Spark commands in one kept session
 
 each command's --help has its options and more examples.
 """
@@ -85,6 +87,14 @@ CALIBRATE_EXAMPLES = """examples:
   recshard calibrate --out /tmp/cal.yaml --device cpu --budget-s 10   # checks the loop only (no GPU)
   recshard calibrate --out /tmp/cal.yaml --device cpu --kernel tbe    # ... with FBGEMM's TBE (CPU build)
 then in the hardware config:  calibration: calibration/h200.yaml  (relative to that file)
+"""
+SERVE_EXAMPLES = """examples:
+  recshard serve &                                   # one Spark session, kept (3 h idle at most)
+  recshard profile --model conf/synthetic.yaml --input logs/ds=2026-12-01 --out stats --ds 2026-12-01 --server
+  recshard window ... --server                       # each Spark command: --server, in that session
+  recshard serve --driver-memory 8g --socket /tmp/rs.sock --idle-timeout 0 &
+  recshard evaluate ... --server /tmp/rs.sock
+  recshard serve --stop                              # ends once its current command is done
 """
 # the default configs: conf/ of the checkout, shipped in the wheel as package data (through the
 # recshard_stats/conf link)
@@ -384,6 +394,15 @@ def build_parser() -> argparse.ArgumentParser:
         parser = command(name, help_text, epilog)
         add_arguments(parser, options)
         add_arguments(parser, SparkOptions)
+        parser.add_argument(
+            "--server",
+            nargs="?",
+            const=str(default_socket()),
+            default=None,
+            metavar="SOCKET",
+            help="run in the Spark session of a running `recshard serve` (its socket; default "
+            f"{default_socket()}): no JVM to start and warm up",
+        )
         parser.set_defaults(func=func)
 
     gen = command(
@@ -573,6 +592,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cal.set_defaults(func=_calibrate)
 
+    serve = command(
+        "serve",
+        "keep one Spark session for the Spark commands run with --server (no JVM start and "
+        "warm-up per command)",
+        SERVE_EXAMPLES,
+    )
+    serve.add_argument(
+        "--socket", default=str(default_socket()), help=f"where to listen (default {default_socket()})"
+    )
+    serve.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=DEFAULT_IDLE_TIMEOUT_S,
+        help=f"end after this many seconds without a command; 0: never (default {DEFAULT_IDLE_TIMEOUT_S:g})",
+    )
+    serve.add_argument(
+        "--stop", action="store_true", help="stop the server at --socket once its command is done"
+    )
+    add_arguments(serve, SparkOptions)
+    serve.set_defaults(func=_serve)
+
     run = command(
         "run",
         "the whole pipeline on generated drifting days: generate, profile each day, merge "
@@ -602,12 +642,37 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
+    if getattr(args, "server", None):
+        from recshard_stats.session_server import run_on_server
+
+        return run_main(lambda: run_on_server(pathlib.Path(args.server), argv))
     code = run_main(lambda: args.func(args))
     if code == 0 and "pyspark" in sys.modules:
         _save_class_archive()
     return code
+
+
+def _served_command(argv: list[str]) -> int:
+    """A client's command inside ``recshard serve``: parsed and run here, never sent on."""
+    args = build_parser().parse_args(argv)
+    logging.getLogger().setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    return run_main(lambda: args.func(args))
+
+
+def _serve(args) -> int:
+    from recshard_stats.jvm_class_archive import save_class_archive
+    from recshard_stats.session_server import serve, stop_server
+
+    socket_path = pathlib.Path(args.socket)
+    if args.stop:
+        stop_server(socket_path)
+        print(f"stopped the recshard server at {socket_path}")
+        return 0
+    spark_options = from_args(SparkOptions, args)  # checked before the JVM starts
+    return serve(spark_options, socket_path, _served_command, args.idle_timeout, save_class_archive)
 
 
 def _save_class_archive() -> None:

@@ -149,9 +149,63 @@ def local_driver_memory() -> str:
     return f"{max(1, int(total * LOCAL_DRIVER_MEMORY_SHARE / 2**30))}g"
 
 
+_served = None  # the session of a `recshard serve` process, while it serves
+
+
+@contextlib.contextmanager
+def serving(spark):
+    """While inside, :func:`spark_session` gives each command a new session of ``spark``'s
+    context (its own SQL settings and views) instead of starting one."""
+    global _served
+    _served = spark
+    try:
+        yield
+    finally:
+        _served = None
+
+
+def _served_session(served, options: SparkOptions):
+    conf = served.sparkContext.getConf()
+    asked = {
+        "--master": (options.master, conf.get("spark.master", "")),
+        "--driver-memory": (options.driver_memory, conf.get("spark.driver.memory", "")),
+    }
+    for flag, (wanted, held) in asked.items():
+        if wanted is not None and wanted != held:
+            raise RecShardError(
+                Reason.CONFIG_INVALID,
+                f"{flag} {wanted}: the recshard server's session runs with {held}",
+                fixes=(f"drop {flag}", f"start a server with {flag} {wanted}", "drop --server"),
+            )
+    if options.spark_log is not None:
+        raise RecShardError(
+            Reason.CONFIG_INVALID,
+            "--spark-log: the recshard server's session writes Spark's log where the server was told",
+            fixes=("drop --spark-log", "drop --server"),
+        )
+    return _with_local_defaults(served.newSession())
+
+
+@contextlib.contextmanager
+def local_working_directory(spark, directory: str):
+    """Relative paths given to Spark (Hadoop's local filesystem) resolve in ``directory`` while
+    inside; a JVM's own working directory cannot change, the filesystem's can."""
+    jvm = spark.sparkContext._jvm
+    local = jvm.org.apache.hadoop.fs.FileSystem.getLocal(spark.sparkContext._jsc.hadoopConfiguration())
+    before = local.getWorkingDirectory()
+    local.setWorkingDirectory(jvm.org.apache.hadoop.fs.Path(local_uri(directory)))
+    try:
+        yield
+    finally:
+        local.setWorkingDirectory(before)
+
+
 def spark_session(app: str, options: SparkOptions = SparkOptions()):
     """The job's session. Under spark-submit the master, memory and conf come from its flags
-    (``--master`` here overrides); run from the CLI it is local mode on every core."""
+    (``--master`` here overrides); run from the CLI it is local mode on every core; inside
+    ``recshard serve``, a new session of the server's."""
+    if _served is not None:
+        return _served_session(_served, options)
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app).config("spark.ui.showConsoleProgress", "false")
@@ -216,12 +270,16 @@ def spark_session(app: str, options: SparkOptions = SparkOptions()):
         spark.sparkContext.setLogLevel("WARN")
     else:
         log.info("Spark's own log: %s", spark_log)
+    log.info("Spark %s, master %s", spark.version, spark.sparkContext.master)
+    return _with_local_defaults(spark)
+
+
+def _with_local_defaults(spark):
     conf = spark.sparkContext.getConf()
     if conf.get("spark.master", "").startswith("local") and not conf.contains("spark.sql.shuffle.partitions"):
         # Spark's default of 200 shuffle partitions costs more in task overhead than the work
         # itself on a few local cores; a few per core is right there.
         spark.conf.set("spark.sql.shuffle.partitions", str(4 * (os.cpu_count() or 1)))
-    log.info("Spark %s, master %s", spark.version, conf.get("spark.master"))
     return spark
 
 

@@ -1,0 +1,300 @@
+"""``recshard serve``: one Spark session that outlives the commands, for the Spark commands run
+from the shell one after another.
+
+A fresh JVM per command spends its first minute compiling Spark's code (BENCHMARKS.md: 22 s of
+JIT compile time in a 67-s profile on 2 cores; the CLI was 1.35x the same profile in a warm
+session). Java 17 keeps no compiled code between runs, so the only way to keep it is to keep the
+JVM: the server starts the session once, and ``recshard profile --server ...`` (and the other Spark
+commands) run inside it, the way Gradle's daemon or sbt's server keep theirs.
+
+The protocol, over a Unix socket only its user can open (a client runs commands as the server's
+user): the client sends one JSON line, ``{"argv": [...], "cwd": ...}`` or ``{"stop": true}``; the
+server answers JSON lines, ``{"stream": "stdout"|"stderr", "text": ...}`` while the command runs
+and ``{"exit": code}`` at its end. Commands run one at a time, each in its own SparkSession of the
+shared SparkContext (its own SQL settings and temporary views), in the client's directory; a
+client that goes away (Ctrl-C) cancels the command's Spark jobs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import io
+import json
+import logging
+import os
+import pathlib
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from recshard_stats.errors import Reason, RecShardError
+from recshard_stats.options import SparkOptions
+
+log = logging.getLogger(__name__)
+
+DEFAULT_IDLE_TIMEOUT_S = 3 * 3600.0  # Gradle's daemon waits as long before it ends
+SERVER_APP = "recshard-server"
+CANCEL_EVERY_S = 0.2  # after its client left, how often a command's Spark jobs are cancelled
+
+
+def default_socket() -> pathlib.Path:
+    """XDG_RUNTIME_DIR/recshard/server.sock, else <temp dir>/recshard-<user>/server.sock."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    base = (
+        pathlib.Path(runtime, "recshard")
+        if runtime
+        else pathlib.Path("/tmp", f"recshard-{getpass.getuser()}")
+    )
+    return base / "server.sock"
+
+
+class _Frames(io.TextIOBase):
+    """A text stream whose writes reach the client as one stream's frames; after the client is
+    gone, writes are dropped (the command is being cancelled)."""
+
+    def __init__(self, conn: socket.socket, stream: str, lock: threading.Lock, gone: threading.Event):
+        self._conn, self._stream, self._lock, self._gone = conn, stream, lock, gone
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if text and not self._gone.is_set():
+            _send(self._conn, {"stream": self._stream, "text": text}, self._lock, self._gone)
+        return len(text)
+
+
+def _send(conn: socket.socket, message: dict, lock: threading.Lock, gone: threading.Event) -> None:
+    data = (json.dumps(message) + "\n").encode()
+    with lock:
+        try:
+            conn.sendall(data)
+        except OSError:
+            gone.set()
+
+
+class _CurrentStderr(logging.StreamHandler):
+    """A log handler writing to whatever ``sys.stderr`` is when a record comes: during a command,
+    the client's stderr."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
+def _read_line(conn: socket.socket, limit: int = 1 << 20) -> bytes:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+        if len(data) > limit:
+            raise ValueError("request too long")
+    return data
+
+
+def _bind(path: pathlib.Path) -> socket.socket:
+    """A listening socket at ``path`` that only this user can reach; a socket left by a server
+    that died is replaced, a live server's is not."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if path.exists() or path.is_symlink():
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(path))
+        except (ConnectionRefusedError, FileNotFoundError):
+            path.unlink(missing_ok=True)  # a dead server's
+        except OSError as exc:
+            raise RecShardError(
+                Reason.CONFIG_INVALID,
+                f"--socket {path} exists and is not a recshard server's socket ({exc.strerror or exc})",
+                fixes=("give another --socket",),
+            ) from None
+        else:
+            raise RecShardError(
+                Reason.OUTPUT_BUSY,
+                f"a recshard server already listens on {path}",
+                fixes=(f"use it: --server {path}", f"stop it: recshard serve --stop --socket {path}"),
+            )
+        finally:
+            probe.close()
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    umask = os.umask(0o077)  # the socket file is created as rw for its user only
+    try:
+        server.bind(str(path))
+    finally:
+        os.umask(umask)
+    server.listen(16)
+    return server
+
+
+def serve(
+    options: SparkOptions,
+    socket_path: pathlib.Path,
+    run_command: Callable[[list[str]], int],
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+    on_done: Callable[[Any], object] | None = None,
+) -> int:
+    """Start the session, then run each client's command with ``run_command(argv)`` (the CLI's
+    parse-and-run, output to the client) until stopped, idle for ``idle_timeout_s`` or
+    interrupted. ``on_done(spark)`` runs after each command that succeeded."""
+    from recshard_stats import spark_io
+
+    server = _bind(socket_path)
+    try:
+        spark = spark_io.spark_session(SERVER_APP, options)
+        console = sys.stderr
+        print(
+            f"recshard server: serving on {socket_path} (Spark {spark.version}, "
+            f"master {spark.sparkContext.master}); stop it with: recshard serve --stop --socket {socket_path}",
+            file=console,
+            flush=True,
+        )
+        root = logging.getLogger()
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        forwarded = _CurrentStderr()
+        forwarded.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(forwarded)
+        server.settimeout(idle_timeout_s if idle_timeout_s > 0 else None)
+        with spark_io.serving(spark):
+            while True:
+                try:
+                    conn, _ = server.accept()
+                except TimeoutError:
+                    print(f"recshard server: idle for {idle_timeout_s:g} s, ending", file=console, flush=True)
+                    return 0
+                with conn:
+                    conn.settimeout(None)
+                    try:
+                        request = json.loads(_read_line(conn) or b"{}")
+                    except ValueError as exc:
+                        print(f"recshard server: a request that is not JSON dropped ({exc})", file=console)
+                        continue
+                    if request.get("stop"):
+                        _send(conn, {"exit": 0}, threading.Lock(), threading.Event())
+                        print("recshard server: stopped by a client", file=console, flush=True)
+                        return 0
+                    argv, cwd = list(request.get("argv", [])), str(request.get("cwd", os.getcwd()))
+                    started = time.perf_counter()
+                    code = _run_for_client(spark, conn, argv, cwd, run_command)
+                    print(
+                        f"recshard server: {' '.join(argv[:1])} exited {code} in "
+                        f"{time.perf_counter() - started:.1f} s",
+                        file=console,
+                        flush=True,
+                    )
+                    if code == 0 and on_done is not None:
+                        on_done(spark)
+    finally:
+        server.close()
+        socket_path.unlink(missing_ok=True)
+
+
+def _run_for_client(spark, conn: socket.socket, argv: list[str], cwd: str, run_command) -> int:
+    """One command, in the client's directory, its output to the client; the client's leaving
+    cancels its Spark jobs."""
+    from recshard_stats import spark_io
+
+    lock, gone, finished = threading.Lock(), threading.Event(), threading.Event()
+
+    def watch() -> None:  # the client sends nothing more: end of stream means it has gone
+        try:
+            while not finished.is_set() and conn.recv(1):
+                pass
+        except OSError:
+            pass
+        if not finished.is_set():
+            gone.set()
+            log.warning("the client went away: cancelling its Spark jobs")
+        # the command's jobs yet to start as well: it is the only one running
+        while not finished.wait(CANCEL_EVERY_S):
+            spark.sparkContext.cancelAllJobs()
+
+    threading.Thread(target=watch, daemon=True, name="recshard-client-watch").start()
+    code = 1
+    try:
+        with (
+            _directory(cwd),
+            spark_io.local_working_directory(spark, cwd),
+            contextlib.redirect_stdout(_Frames(conn, "stdout", lock, gone)),
+            contextlib.redirect_stderr(_Frames(conn, "stderr", lock, gone)),
+        ):
+            try:
+                code = run_command(argv)
+            except SystemExit as exc:  # argparse's usage errors
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+            except BaseException:  # the command's bug must not end the server
+                traceback.print_exc()
+                code = 1
+            sys.stdout.flush()
+    finally:
+        finished.set()
+        spark.catalog.clearCache()
+    _send(conn, {"exit": code}, lock, gone)
+    return code
+
+
+@contextlib.contextmanager
+def _directory(path: str) -> Iterator[None]:
+    before = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def _connect(socket_path: pathlib.Path) -> socket.socket:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(str(socket_path))
+    except (FileNotFoundError, ConnectionRefusedError):
+        conn.close()
+        raise RecShardError(
+            Reason.SPARK_FAILED,
+            f"no recshard server listens on {socket_path}",
+            fixes=(
+                f"start one: recshard serve --socket {socket_path} &",
+                "drop --server to run the command in its own Spark session",
+            ),
+        ) from None
+    return conn
+
+
+def run_on_server(socket_path: pathlib.Path, argv: list[str]) -> int:
+    """Run a command's ``argv`` in the server at ``socket_path``, its output here; its exit code."""
+    with _connect(socket_path) as conn:
+        conn.sendall((json.dumps({"argv": argv, "cwd": os.getcwd()}) + "\n").encode())
+        try:
+            for line in conn.makefile("r", encoding="utf-8"):
+                message = json.loads(line)
+                if "exit" in message:
+                    return int(message["exit"])
+                out = sys.stdout if message.get("stream") == "stdout" else sys.stderr
+                out.write(message.get("text", ""))
+                out.flush()
+        except KeyboardInterrupt:  # closing the connection cancels the command's Spark jobs
+            print("interrupted: the server cancels the command", file=sys.stderr)
+            return 130
+    raise RecShardError(
+        Reason.SPARK_FAILED,
+        f"the recshard server at {socket_path} ended during the command",
+        fixes=("see the server's own output", "run the command again, or without --server"),
+    )
+
+
+def stop_server(socket_path: pathlib.Path) -> None:
+    """Ask the server to end once its current command is done."""
+    with _connect(socket_path) as conn:
+        conn.sendall(b'{"stop": true}\n')
+        _read_line(conn)

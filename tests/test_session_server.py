@@ -1,0 +1,192 @@
+"""``recshard serve`` and ``--server``: the real console script, a real server process and its
+JVM; the served profile checked against the independent computation of the statistics."""
+
+import json
+import pathlib
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from recshard_stats.config import load_model_config
+from recshard_stats.generate import generate
+from recshard_stats.stats_reader import load_stats
+from tests.helpers import SPEC, assert_one_line_error, parquet_keys, write_yaml
+from tests.reference import feature_reference
+
+RECSHARD = pathlib.Path(sys.executable).with_name("recshard")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A server on a socket a dead server left behind (bound, never removed)."""
+    root = tmp_path_factory.mktemp("served")
+    spec = write_yaml(root / "spec.yaml", SPEC)
+    generate(spec, root / "logs", 2000, seed=3, chunk_rows=700, processes=1)
+    sock = root / "s.sock"
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(sock))
+    stale.close()
+    proc = subprocess.Popen(
+        [
+            str(RECSHARD),
+            "serve",
+            "--socket",
+            str(sock),
+            "--master",
+            "local[2]",
+            "--driver-memory",
+            "1g",
+            "--spark-log",
+            str(root / "spark.log"),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    line = ""
+    deadline = time.time() + 180
+    while "serving on" not in line and time.time() < deadline and proc.poll() is None:
+        line = proc.stderr.readline()
+    assert "serving on" in line, f"the server did not start: {line!r}, exit {proc.poll()}"
+    yield root, sock, proc
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def served(root: pathlib.Path, sock: pathlib.Path, *argv: str, cwd: pathlib.Path | None = None):
+    return subprocess.run(
+        [str(RECSHARD), *argv, "--server", str(sock)],
+        cwd=cwd or root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_a_served_profile_reads_and_writes_relative_to_the_clients_directory(server):
+    root, sock, _ = server
+    work = root / "work"
+    work.mkdir()
+    profile = (
+        "profile",
+        "--model",
+        "../spec.yaml",
+        "--input",
+        "../logs",
+        "--ds",
+        "2026-12-01",
+        "--row-counts",
+    )
+    first = served(root, sock, *profile, "--out", "stats", cwd=work)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip() == "stats/ds=2026-12-01"
+    assert "profiled 2000 samples" in first.stderr  # the command's log reaches the client
+    second = served(root, sock, *profile, "--out", "again", cwd=work)
+    assert second.returncode == 0, second.stderr
+    model = load_model_config(root / "spec.yaml")
+    keys = parquet_keys(root / "logs", model)
+    for out in ("stats", "again"):
+        stats = load_stats(work / out / "ds=2026-12-01")
+        features = {r["feature"]: r for r in stats.rows("features")}
+        assert set(features) == {f.name for f in model.features}
+        for feature in model.features:
+            ref = feature_reference(keys[feature.name], model.table_of(feature.name).hash_size)
+            row = features[feature.name]
+            for key in ("num_samples", "present_samples", "total_accesses", "unique_raw_ids", "unique_rows"):
+                assert row[key] == ref[key], (out, feature.name, key)
+            assert row["coverage"] == pytest.approx(ref["coverage"], rel=1e-12)
+    assert not (root / "stats").exists()  # nothing where the server itself was started
+
+
+def test_a_failing_command_is_its_line_and_the_server_serves_on(server, tmp_path):
+    root, sock, _ = server
+    missing = served(
+        root, sock, "profile", "--model", "spec.yaml", "--input", "nothere", "--out", str(tmp_path / "o")
+    )
+    assert_one_line_error(missing.returncode, missing.stderr, "[input_missing] input path(s) not found")
+    other = served(
+        root, sock, "profile", "--model", "spec.yaml", "--input", "logs", "--out", str(tmp_path / "o"),
+        "--master", "local[1]",
+    )  # fmt: skip
+    assert_one_line_error(
+        other.returncode, other.stderr, "--master local[1]: the recshard server's session runs with local[2]"
+    )
+    nobody = served(
+        root, tmp_path / "none.sock", "profile", "--model", "spec.yaml", "--input", "logs", "--out", "o"
+    )
+    assert_one_line_error(
+        nobody.returncode, nobody.stderr, f"no recshard server listens on {tmp_path / 'none.sock'}"
+    )
+    ok = served(
+        root,
+        sock,
+        "profile",
+        "--model",
+        "spec.yaml",
+        "--input",
+        "logs",
+        "--out",
+        str(tmp_path / "o"),
+        "--ds",
+        "2026-12-01",
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert load_stats(tmp_path / "o" / "ds=2026-12-01").rows("features")[0]["num_samples"] == 2000
+
+
+def test_a_client_that_leaves_cancels_its_command(server, tmp_path):
+    """The request sent and the connection closed at once: the command's Spark jobs are
+    cancelled, nothing is published, and the next command runs."""
+    root, sock, _ = server
+    request = {
+        "argv": [
+            "profile",
+            "--model",
+            "spec.yaml",
+            "--input",
+            "logs",
+            "--out",
+            str(tmp_path / "gone"),
+            "--ds",
+            "2026-12-01",
+        ],
+        "cwd": str(root),
+    }
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(str(sock))
+    conn.sendall((json.dumps(request) + "\n").encode())
+    conn.close()
+    after = served(
+        root,
+        sock,
+        "profile",
+        "--model",
+        "spec.yaml",
+        "--input",
+        "logs",
+        "--out",
+        str(tmp_path / "next"),
+        "--ds",
+        "2026-12-01",
+    )
+    assert after.returncode == 0, after.stderr  # served once the cancelled command had ended
+    assert not (tmp_path / "gone" / "ds=2026-12-01").exists()
+    assert (tmp_path / "next" / "ds=2026-12-01" / "_SUCCESS").exists()
+
+
+def test_a_second_server_on_the_socket_is_refused_and_stop_ends_the_first(server):
+    _, sock, proc = server
+    second = subprocess.run(
+        [str(RECSHARD), "serve", "--socket", str(sock)], capture_output=True, text=True, timeout=120
+    )
+    assert_one_line_error(second.returncode, second.stderr, f"a recshard server already listens on {sock}")
+    stop = subprocess.run(
+        [str(RECSHARD), "serve", "--stop", "--socket", str(sock)], capture_output=True, text=True, timeout=120
+    )
+    assert stop.returncode == 0, stop.stderr
+    assert proc.wait(timeout=60) == 0
+    assert not sock.exists()
