@@ -5,8 +5,8 @@
 One CLI run first, not timed: it saves the JVM class archive if the cache has none, and reads
 the logs into the page cache. Then ``--repeats`` rounds, each timing the CLI with the class
 archive (the default) and with ``--no-class-archive``, one after the other; then the CLI with
-``--server`` against a ``recshard serve`` started here: its first command (the server's JVM
-cold) and ``--repeats`` more; the server is stopped, and then, in this process, one session's
+``--server`` against a ``recshard serve`` started here (timed once it serves, after its
+warm-up): its first command and ``--repeats`` more; the server is stopped, and then, in this process, one session's
 profiles: the first (a cold JVM) and ``--repeats`` more (warm). Prints every time, the medians
 and each median's ratio to the warm session's.
 """
@@ -66,6 +66,8 @@ def main() -> None:
     while "serving on" not in (line := server.stderr.readline()):
         if not line and server.poll() is not None:
             raise SystemExit(f"recshard serve ended with {server.returncode}")
+        if "warmed up" in line:
+            print(line.strip(), flush=True)
     served = functools.partial(subprocess.run, [*cli, "--server", str(sock)], check=True, capture_output=True)
     for index in range(args.repeats + 1):
         timed("CLI --server, first" if index == 0 else "CLI --server", served)

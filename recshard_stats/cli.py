@@ -610,6 +610,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--stop", action="store_true", help="stop the server at --socket once its command is done"
     )
+    serve.add_argument(
+        "--no-warm-up",
+        dest="warm_up",
+        action="store_false",
+        help="serve at once (by default the server first profiles a few generated samples, so "
+        "that its JVM has compiled the profile's code before the first command)",
+    )
     add_arguments(serve, SparkOptions)
     serve.set_defaults(func=_serve)
 
@@ -672,7 +679,9 @@ def _serve(args) -> int:
         print(f"stopped the recshard server at {socket_path}")
         return 0
     spark_options = from_args(SparkOptions, args)  # checked before the JVM starts
-    return serve(spark_options, socket_path, _served_command, args.idle_timeout, save_class_archive)
+    return serve(
+        spark_options, socket_path, _served_command, args.idle_timeout, save_class_archive, args.warm_up
+    )
 
 
 def _save_class_archive() -> None:

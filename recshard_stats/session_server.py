@@ -26,6 +26,7 @@ import os
 import pathlib
 import socket
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -39,6 +40,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_IDLE_TIMEOUT_S = 3 * 3600.0  # Gradle's daemon waits as long before it ends
 SERVER_APP = "recshard-server"
+WARM_UP_SAMPLES = 100_000
+INTERRUPTED = 130  # a shell's exit code for Ctrl-C
 CANCEL_EVERY_S = 0.2  # after its client left, how often a command's Spark jobs are cancelled
 
 
@@ -143,16 +146,27 @@ def serve(
     run_command: Callable[[list[str]], int],
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
     on_done: Callable[[Any], object] | None = None,
+    warm: bool = True,
 ) -> int:
-    """Start the session, then run each client's command with ``run_command(argv)`` (the CLI's
-    parse-and-run, output to the client) until stopped, idle for ``idle_timeout_s`` or
-    interrupted. ``on_done(spark)`` runs after each command that succeeded."""
+    """Start the session (and, with ``warm``, warm it up), then run each client's command with
+    ``run_command(argv)`` (the CLI's parse-and-run, output to the client) until stopped, idle
+    for ``idle_timeout_s`` or interrupted. ``on_done(spark)`` runs after each command that
+    succeeded."""
     from recshard_stats import spark_io
 
-    server = _bind(socket_path)
+    server = _bind(socket_path)  # a client that comes while the session starts waits for it
+    console = sys.stderr
     try:
         spark = spark_io.spark_session(SERVER_APP, options)
-        console = sys.stderr
+        if warm:
+            started = time.perf_counter()
+            warm_up(spark)
+            print(
+                f"recshard server: warmed up in {time.perf_counter() - started:.1f} s "
+                f"(a profile of {WARM_UP_SAMPLES} generated samples)",
+                file=console,
+                flush=True,
+            )
         print(
             f"recshard server: serving on {socket_path} (Spark {spark.version}, "
             f"master {spark.sparkContext.master}); stop it with: recshard serve --stop --socket {socket_path}",
@@ -195,6 +209,9 @@ def serve(
                     )
                     if code == 0 and on_done is not None:
                         on_done(spark)
+    except KeyboardInterrupt:
+        print("recshard server: interrupted, ending", file=console, flush=True)
+        return INTERRUPTED
     finally:
         server.close()
         socket_path.unlink(missing_ok=True)
@@ -221,7 +238,7 @@ def _run_for_client(spark, conn: socket.socket, argv: list[str], cwd: str, run_c
             spark.sparkContext.cancelAllJobs()
 
     threading.Thread(target=watch, daemon=True, name="recshard-client-watch").start()
-    code = 1
+    code, interrupted = 1, False
     try:
         with (
             _directory(cwd),
@@ -233,6 +250,9 @@ def _run_for_client(spark, conn: socket.socket, argv: list[str], cwd: str, run_c
                 code = run_command(argv)
             except SystemExit as exc:  # argparse's usage errors
                 code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+            except KeyboardInterrupt:  # the server's own Ctrl-C: this command ends, then the server
+                print("error: the recshard server was interrupted", file=sys.stderr)
+                code, interrupted = INTERRUPTED, True
             except BaseException:  # the command's bug must not end the server
                 traceback.print_exc()
                 code = 1
@@ -241,7 +261,38 @@ def _run_for_client(spark, conn: socket.socket, argv: list[str], cwd: str, run_c
         finished.set()
         spark.catalog.clearCache()
     _send(conn, {"exit": code}, lock, gone)
+    if interrupted:
+        raise KeyboardInterrupt
     return code
+
+
+def warm_up(spark) -> None:
+    """Profile a few generated samples of the built-in model, every statistic on: the JIT
+    compiler compiles the profile's code here, before the first command needs it."""
+    from recshard_stats.generate import generate
+    from recshard_stats.options import ProfileOptions
+    from recshard_stats.stages import profile_logs
+
+    spec = pathlib.Path(__file__).with_name("conf") / "synthetic.yaml"
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.WARNING)  # the warm-up's progress is nobody's business
+    try:
+        with tempfile.TemporaryDirectory(prefix="recshard-warm-up-") as tmp:
+            logs = generate(spec, pathlib.Path(tmp, "logs"), WARM_UP_SAMPLES, seed=0, processes=1)
+            profile_logs(
+                spark,
+                ProfileOptions(
+                    model=str(spec),
+                    inputs=(str(logs),),
+                    out=str(pathlib.Path(tmp, "stats")),
+                    ds="2026-12-01",
+                    row_counts=True,
+                    id_counts=True,
+                ),
+            )
+    finally:
+        root.setLevel(level)
 
 
 @contextlib.contextmanager
@@ -285,7 +336,7 @@ def run_on_server(socket_path: pathlib.Path, argv: list[str]) -> int:
                 out.flush()
         except KeyboardInterrupt:  # closing the connection cancels the command's Spark jobs
             print("interrupted: the server cancels the command", file=sys.stderr)
-            return 130
+            return INTERRUPTED
     raise RecShardError(
         Reason.SPARK_FAILED,
         f"the recshard server at {socket_path} ended during the command",

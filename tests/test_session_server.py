@@ -46,11 +46,12 @@ def server(tmp_path_factory):
         text=True,
     )
     assert proc.stderr is not None
-    line = ""
+    lines = [""]
     deadline = time.time() + 180
-    while "serving on" not in line and time.time() < deadline and proc.poll() is None:
-        line = proc.stderr.readline()
-    assert "serving on" in line, f"the server did not start: {line!r}, exit {proc.poll()}"
+    while "serving on" not in lines[-1] and time.time() < deadline and proc.poll() is None:
+        lines.append(proc.stderr.readline())
+    assert "serving on" in lines[-1], f"the server did not start: {lines}, exit {proc.poll()}"
+    assert any("warmed up in" in line for line in lines), lines  # the default: a warm-up first
     yield root, sock, proc
     if proc.poll() is None:
         proc.kill()
