@@ -18,6 +18,7 @@ client that goes away (Ctrl-C) cancels the command's Spark jobs.
 from __future__ import annotations
 
 import contextlib
+import gc
 import getpass
 import io
 import json
@@ -260,6 +261,7 @@ def _run_for_client(spark, conn: socket.socket, argv: list[str], cwd: str, run_c
     finally:
         finished.set()
         spark.catalog.clearCache()
+        gc.collect()  # the command's Py4J proxies go, and the JVM objects only they held with them
     _send(conn, {"exit": code}, lock, gone)
     if interrupted:
         raise KeyboardInterrupt
