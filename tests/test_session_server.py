@@ -58,6 +58,22 @@ def server(tmp_path_factory):
         proc.wait()
 
 
+def profile(out, *extra: str) -> list[str]:
+    """``recshard profile`` of the fixture's logs, from the fixture's directory."""
+    return [
+        "profile",
+        "--model",
+        "spec.yaml",
+        "--input",
+        "logs",
+        "--out",
+        str(out),
+        "--ds",
+        "2026-12-01",
+        *extra,
+    ]
+
+
 def served(root: pathlib.Path, sock: pathlib.Path, *argv: str, cwd: pathlib.Path | None = None):
     return subprocess.run(
         [str(RECSHARD), *argv, "--server", str(sock)],
@@ -72,7 +88,7 @@ def test_a_served_profile_reads_and_writes_relative_to_the_clients_directory(ser
     root, sock, _ = server
     work = root / "work"
     work.mkdir()
-    profile = (
+    argv = (
         "profile",
         "--model",
         "../spec.yaml",
@@ -82,11 +98,11 @@ def test_a_served_profile_reads_and_writes_relative_to_the_clients_directory(ser
         "2026-12-01",
         "--row-counts",
     )
-    first = served(root, sock, *profile, "--out", "stats", cwd=work)
+    first = served(root, sock, *argv, "--out", "stats", cwd=work)
     assert first.returncode == 0, first.stderr
     assert first.stdout.strip() == "stats/ds=2026-12-01"
     assert "profiled 2000 samples" in first.stderr  # the command's log reaches the client
-    second = served(root, sock, *profile, "--out", "again", cwd=work)
+    second = served(root, sock, *argv, "--out", "again", cwd=work)
     assert second.returncode == 0, second.stderr
     model = load_model_config(root / "spec.yaml")
     keys = parquet_keys(root / "logs", model)
@@ -105,36 +121,17 @@ def test_a_served_profile_reads_and_writes_relative_to_the_clients_directory(ser
 
 def test_a_failing_command_is_its_line_and_the_server_serves_on(server, tmp_path):
     root, sock, _ = server
-    missing = served(
-        root, sock, "profile", "--model", "spec.yaml", "--input", "nothere", "--out", str(tmp_path / "o")
-    )
+    missing = served(root, sock, *profile(tmp_path / "o"), "--input", "nothere")
     assert_one_line_error(missing.returncode, missing.stderr, "[input_missing] input path(s) not found")
-    other = served(
-        root, sock, "profile", "--model", "spec.yaml", "--input", "logs", "--out", str(tmp_path / "o"),
-        "--master", "local[1]",
-    )  # fmt: skip
+    other = served(root, sock, *profile(tmp_path / "o", "--master", "local[1]"))
     assert_one_line_error(
         other.returncode, other.stderr, "--master local[1]: the recshard server's session runs with local[2]"
     )
-    nobody = served(
-        root, tmp_path / "none.sock", "profile", "--model", "spec.yaml", "--input", "logs", "--out", "o"
-    )
+    nobody = served(root, tmp_path / "none.sock", *profile("o"))
     assert_one_line_error(
         nobody.returncode, nobody.stderr, f"no recshard server listens on {tmp_path / 'none.sock'}"
     )
-    ok = served(
-        root,
-        sock,
-        "profile",
-        "--model",
-        "spec.yaml",
-        "--input",
-        "logs",
-        "--out",
-        str(tmp_path / "o"),
-        "--ds",
-        "2026-12-01",
-    )
+    ok = served(root, sock, *profile(tmp_path / "o"))
     assert ok.returncode == 0, ok.stderr
     assert load_stats(tmp_path / "o" / "ds=2026-12-01").rows("features")[0]["num_samples"] == 2000
 
@@ -143,37 +140,12 @@ def test_a_client_that_leaves_cancels_its_command(server, tmp_path):
     """The request sent and the connection closed at once: the command's Spark jobs are
     cancelled, nothing is published, and the next command runs."""
     root, sock, _ = server
-    request = {
-        "argv": [
-            "profile",
-            "--model",
-            "spec.yaml",
-            "--input",
-            "logs",
-            "--out",
-            str(tmp_path / "gone"),
-            "--ds",
-            "2026-12-01",
-        ],
-        "cwd": str(root),
-    }
+    request = {"argv": profile(tmp_path / "gone"), "cwd": str(root)}
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(str(sock))
     conn.sendall((json.dumps(request) + "\n").encode())
     conn.close()
-    after = served(
-        root,
-        sock,
-        "profile",
-        "--model",
-        "spec.yaml",
-        "--input",
-        "logs",
-        "--out",
-        str(tmp_path / "next"),
-        "--ds",
-        "2026-12-01",
-    )
+    after = served(root, sock, *profile(tmp_path / "next"))
     assert after.returncode == 0, after.stderr  # served once the cancelled command had ended
     assert not (tmp_path / "gone" / "ds=2026-12-01").exists()
     assert (tmp_path / "next" / "ds=2026-12-01" / "_SUCCESS").exists()
