@@ -26,6 +26,7 @@ import logging
 import os
 import pathlib
 import socket
+import stat
 import sys
 import tempfile
 import threading
@@ -111,7 +112,19 @@ def _bind(path: pathlib.Path) -> socket.socket:
     """A listening socket at ``path`` that only this user can reach; a socket left by a server
     that died is replaced, a live server's is not."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if path.exists() or path.is_symlink():
+    if path.parent == default_socket().parent and path.parent.stat().st_uid != os.getuid():
+        raise RecShardError(  # another user made it first: they could swap the socket
+            Reason.CONFIG_INVALID,
+            f"{path.parent} belongs to another user",
+            fixes=("give --socket in a directory of yours",),
+        )
+    if path.is_symlink() or (path.exists() and not stat.S_ISSOCK(path.stat().st_mode)):
+        raise RecShardError(
+            Reason.CONFIG_INVALID,
+            f"--socket {path} exists and is not a socket",
+            fixes=("give another --socket",),
+        )
+    if path.exists():
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             probe.connect(str(path))

@@ -163,3 +163,13 @@ def test_a_second_server_on_the_socket_is_refused_and_stop_ends_the_first(server
     assert stop.returncode == 0, stop.stderr
     assert proc.wait(timeout=60) == 0
     assert not sock.exists()
+
+
+def test_a_socket_path_that_is_a_file_is_refused_and_left_alone(tmp_path):
+    precious = tmp_path / "notes.txt"
+    precious.write_text("keep me")
+    proc = subprocess.run(
+        [str(RECSHARD), "serve", "--socket", str(precious)], capture_output=True, text=True, timeout=120
+    )
+    assert_one_line_error(proc.returncode, proc.stderr, f"--socket {precious} exists and is not a socket")
+    assert precious.read_text() == "keep me"
