@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import time
 
+import numpy as np
 import pytest
 
 from recshard_stats.costmodel import CostModel, PassTerms, TierTerms
@@ -19,6 +20,13 @@ from recshard_stats.solver.solve import polish, solve_problem
 from tests.test_solver import hardware, random_problem, table
 
 CALLS = CostModel(PassTerms(TierTerms(fixed_s=50e-6, byte_s=1e-12), TierTerms(fixed_s=60e-6, byte_s=40e-12)))
+# the same, and each call's forward at least 1 us per id of its longest bag (the H200's chain)
+CHAINED = CostModel(
+    PassTerms(
+        TierTerms(fixed_s=50e-6, byte_s=1e-12, chain_s=1e-6),
+        TierTerms(fixed_s=60e-6, byte_s=40e-12, chain_s=1e-6),
+    )
+)
 
 
 def test_calls_gather_tables_of_one_row_size_on_a_gpu():
@@ -86,12 +94,15 @@ def test_the_start_with_calls_counted_is_split_as_each_gpu_is_best(seed):
     assert cost_plan(problem, refine(problem, gathered, 20.0)).max_cost <= best * 1.02
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2, 3])
-def test_the_solve_with_calls_reaches_every_assignment_enumerated(seed):
+@pytest.mark.parametrize(("seed", "chained"), list(itertools.product(range(4), (False, True))))
+def test_the_solve_with_calls_reaches_every_assignment_enumerated(seed, chained):
     """The whole solve on nine tables on three GPUs (whole tables): its starts, each polished for a
     while and the best for the rest, end at the best of all 6,561 assignments (each GPU's rows
-    chosen by :meth:`ExactGpuCost.best`)."""
-    problem, best, _ = _enumerated(9, seed)
+    chosen by :meth:`ExactGpuCost.best`); ``chained``: with bags of 10 to 200 ids, whose serial
+    sum sets a call's floor."""
+    problem, best, _ = _enumerated(9, seed, CHAINED if chained else CALLS)
+    if chained:  # the chain sets some GPU's time in the optimum
+        assert best > 1.1 * _enumerated(9, seed)[1]
     options = SolveOptions(time_limit_s=20, max_column_shards=1, torchrec_baselines=False)
     shipped = solve_problem(problem, options).best
     assert not violations(problem, shipped.plan)
@@ -114,11 +125,20 @@ def test_an_hbm_tier_that_saves_less_than_its_call_is_emptied():
     assert cost < cost_plan(problem, filled).max_cost
 
 
-def _enumerated(num_tables: int, seed: int) -> tuple[Problem, float, Plan]:
+def _enumerated(num_tables: int, seed: int, model: CostModel = CALLS) -> tuple[Problem, float, Plan]:
     """Tables on three GPUs with call costs: the problem, the best of all its assignments (each
-    GPU's rows chosen by :meth:`ExactGpuCost.best`) and a round-robin start."""
+    GPU's rows chosen by :meth:`ExactGpuCost.best`) and a round-robin start. With a chain term in
+    ``model``, table j's longest bag holds 10 to 200 ids."""
     base = random_problem(num_tables, 3, seed=seed, hbm_share=0.2)
-    problem = dataclasses.replace(base, hardware=dataclasses.replace(base.hardware, cost_model=CALLS))
+    if model.hbm.chain_s > 0:
+        bags = np.random.default_rng(seed).integers(10, 201, size=num_tables)
+        base = dataclasses.replace(
+            base,
+            tables=tuple(
+                dataclasses.replace(t, longest_bag=float(b)) for t, b in zip(base.tables, bags, strict=True)
+            ),
+        )
+    problem = dataclasses.replace(base, hardware=dataclasses.replace(base.hardware, cost_model=model))
     oracle = ExactGpuCost(problem, {})
     best = min(
         max(oracle.best([j for j in range(num_tables) if gpu[j] == g])[0] for g in range(3))
