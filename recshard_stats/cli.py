@@ -675,9 +675,10 @@ def _serve(args) -> int:
 
     socket_path = pathlib.Path(args.socket)
     if args.stop:
-        stop_server(socket_path)
-        print(f"stopped the recshard server at {socket_path}")
-        return 0
+        code = stop_server(socket_path)
+        if code == 0:
+            print(f"stopped the recshard server at {socket_path}")
+        return code
     spark_options = from_args(SparkOptions, args)  # checked before the JVM starts
     return serve(
         spark_options, socket_path, _served_command, args.idle_timeout, save_class_archive, args.warm_up

@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import pathlib
+import queue
 import socket
 import stat
 import sys
@@ -44,6 +45,7 @@ DEFAULT_IDLE_TIMEOUT_S = 3 * 3600.0  # Gradle's daemon waits as long before it e
 SERVER_APP = "recshard-server"
 WARM_UP_SAMPLES = 100_000
 INTERRUPTED = 130  # a shell's exit code for Ctrl-C
+REQUEST_TIMEOUT_S = 10.0  # a client sends its one line at once; one that does not is dropped
 CANCEL_EVERY_S = 0.2  # after its client left, how often a command's Spark jobs are cancelled
 
 
@@ -170,6 +172,7 @@ def serve(
 
     server = _bind(socket_path)  # a client that comes while the session starts waits for it
     console = sys.stderr
+    pending: queue.Queue[socket.socket] = queue.Queue()
     try:
         spark = spark_io.spark_session(SERVER_APP, options)
         if warm:
@@ -193,26 +196,36 @@ def serve(
         forwarded = _CurrentStderr()
         forwarded.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         root.addHandler(forwarded)
-        server.settimeout(idle_timeout_s if idle_timeout_s > 0 else None)
+        busy: list[str] = []  # what the server is doing, for a client that comes meanwhile
+        threading.Thread(
+            target=_accept_all, args=(server, pending, busy), daemon=True, name="recshard-accept"
+        ).start()
         with spark_io.serving(spark):
             while True:
                 try:
-                    conn, _ = server.accept()
-                except TimeoutError:
+                    conn = pending.get(timeout=idle_timeout_s if idle_timeout_s > 0 else None)
+                except queue.Empty:
                     print(f"recshard server: idle for {idle_timeout_s:g} s, ending", file=console, flush=True)
                     return 0
+                busy[:] = ["another client's request"]
                 with conn:
-                    conn.settimeout(None)
+                    conn.settimeout(REQUEST_TIMEOUT_S)
                     try:
-                        request = json.loads(_read_line(conn) or b"{}")
-                    except ValueError as exc:
-                        print(f"recshard server: a request that is not JSON dropped ({exc})", file=console)
+                        line = _read_line(conn)
+                        request = json.loads(line) if line else None
+                    except (ValueError, OSError) as exc:
+                        print(f"recshard server: a request dropped ({exc})", file=console, flush=True)
+                        request = None
+                    if request is None:  # the client left, or never asked
+                        busy.clear()
                         continue
+                    conn.settimeout(None)
                     if request.get("stop"):
                         _send(conn, {"exit": 0}, threading.Lock(), threading.Event())
                         print("recshard server: stopped by a client", file=console, flush=True)
                         return 0
                     argv, cwd = list(request.get("argv", [])), str(request.get("cwd", os.getcwd()))
+                    busy[:] = [f"`recshard {' '.join(argv[:1])}` since {time.strftime('%H:%M:%S')}"]
                     started = time.perf_counter()
                     code = _run_for_client(spark, conn, argv, cwd, run_command)
                     print(
@@ -223,12 +236,40 @@ def serve(
                     )
                     if code == 0 and on_done is not None:
                         on_done(spark)
+                    busy.clear()
     except KeyboardInterrupt:
         print("recshard server: interrupted, ending", file=console, flush=True)
         return INTERRUPTED
     finally:
+        with contextlib.suppress(OSError):
+            server.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
         server.close()
         socket_path.unlink(missing_ok=True)
+        _turn_away(pending)
+
+
+def _turn_away(pending: queue.Queue) -> None:
+    """The clients still waiting when the server ends: told so, exit code 2."""
+    text = f"error: [{Reason.SPARK_FAILED.value}] the recshard server ended before this command ran\n"
+    while not pending.empty():
+        with pending.get() as conn:
+            lock, gone = threading.Lock(), threading.Event()
+            _send(conn, {"stream": "stderr", "text": text}, lock, gone)
+            _send(conn, {"exit": 2}, lock, gone)
+
+
+def _accept_all(server: socket.socket, pending: queue.Queue, busy: list[str]) -> None:
+    """Accept each client as it comes, for the serving loop to take in turn; one that comes
+    while a command runs is told at once what it waits for."""
+    while True:
+        try:
+            conn, _ = server.accept()
+        except OSError:  # the server is ending
+            return
+        if busy:
+            text = f"recshard server: busy with {busy[0]}; this command waits its turn\n"
+            _send(conn, {"stream": "stderr", "text": text}, threading.Lock(), threading.Event())
+        pending.put(conn)
 
 
 def _run_for_client(spark, conn: socket.socket, argv: list[str], cwd: str, run_command) -> int:
@@ -339,8 +380,18 @@ def _connect(socket_path: pathlib.Path) -> socket.socket:
 
 def run_on_server(socket_path: pathlib.Path, argv: list[str]) -> int:
     """Run a command's ``argv`` in the server at ``socket_path``, its output here; its exit code."""
+    return _ask(socket_path, {"argv": argv, "cwd": os.getcwd()})
+
+
+def stop_server(socket_path: pathlib.Path) -> int:
+    """Ask the server to end once its current command is done."""
+    return _ask(socket_path, {"stop": True})
+
+
+def _ask(socket_path: pathlib.Path, request: dict) -> int:
+    """Send one request; print what comes back until its exit code."""
     with _connect(socket_path) as conn:
-        conn.sendall((json.dumps({"argv": argv, "cwd": os.getcwd()}) + "\n").encode())
+        conn.sendall((json.dumps(request) + "\n").encode())
         try:
             for line in conn.makefile("r", encoding="utf-8"):
                 message = json.loads(line)
@@ -357,10 +408,3 @@ def run_on_server(socket_path: pathlib.Path, argv: list[str]) -> int:
         f"the recshard server at {socket_path} ended during the command",
         fixes=("see the server's own output", "run the command again, or without --server"),
     )
-
-
-def stop_server(socket_path: pathlib.Path) -> None:
-    """Ask the server to end once its current command is done."""
-    with _connect(socket_path) as conn:
-        conn.sendall(b'{"stop": true}\n')
-        _read_line(conn)

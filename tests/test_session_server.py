@@ -151,18 +151,57 @@ def test_a_client_that_leaves_cancels_its_command(server, tmp_path):
     assert (tmp_path / "next" / "ds=2026-12-01" / "_SUCCESS").exists()
 
 
+def test_a_client_that_comes_while_the_server_is_busy_is_told_and_waits_its_turn(server, tmp_path):
+    """A first client connects and says nothing yet; a second one is told the server is busy,
+    then served once the first has left."""
+    root, sock, _ = server
+    first = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    first.connect(str(sock))
+    waiting = subprocess.Popen(
+        [str(RECSHARD), *profile(tmp_path / "turn"), "--server", str(sock)],
+        cwd=root,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert waiting.stderr is not None
+    told = waiting.stderr.readline()
+    assert "recshard server: busy with another client's request; this command waits its turn" in told
+    assert waiting.poll() is None
+    first.close()  # left without asking
+    assert waiting.wait(timeout=300) == 0, waiting.stderr.read()
+    assert (tmp_path / "turn" / "ds=2026-12-01" / "_SUCCESS").exists()
+
+
 def test_a_second_server_on_the_socket_is_refused_and_stop_ends_the_first(server):
-    _, sock, proc = server
+    """The stop waits its turn behind a client; a client queued behind the stop is turned away
+    with one line."""
+    root, sock, proc = server
     second = subprocess.run(
         [str(RECSHARD), "serve", "--socket", str(sock)], capture_output=True, text=True, timeout=120
     )
     assert_one_line_error(second.returncode, second.stderr, f"a recshard server already listens on {sock}")
-    stop = subprocess.run(
-        [str(RECSHARD), "serve", "--stop", "--socket", str(sock)], capture_output=True, text=True, timeout=120
+    first = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    first.connect(str(sock))  # the server waits for its request
+    stop = subprocess.Popen(
+        [str(RECSHARD), "serve", "--stop", "--socket", str(sock)], stderr=subprocess.PIPE, text=True
     )
-    assert stop.returncode == 0, stop.stderr
+    assert stop.stderr is not None
+    assert "waits its turn" in stop.stderr.readline()
+    late = subprocess.Popen(
+        [str(RECSHARD), *profile(root / "late"), "--server", str(sock)],
+        cwd=root,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert late.stderr is not None
+    assert "waits its turn" in late.stderr.readline()
+    first.close()
+    assert stop.wait(timeout=60) == 0
     assert proc.wait(timeout=60) == 0
     assert not sock.exists()
+    assert late.wait(timeout=60) == 2
+    assert "the recshard server ended before this command ran" in late.stderr.read()
+    assert not (root / "late").exists()
 
 
 def test_a_socket_path_that_is_a_file_is_refused_and_left_alone(tmp_path):
