@@ -151,21 +151,22 @@ def test_a_client_that_leaves_cancels_its_command(server, tmp_path):
     assert (tmp_path / "next" / "ds=2026-12-01" / "_SUCCESS").exists()
 
 
+def queued(root: pathlib.Path, *argv: str) -> subprocess.Popen:
+    """A client started while the server waits for another's request: told so at once."""
+    proc = subprocess.Popen([str(RECSHARD), *argv], cwd=root, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    told = proc.stderr.readline()
+    assert "recshard server: busy with another client's request; this command waits its turn" in told
+    return proc
+
+
 def test_a_client_that_comes_while_the_server_is_busy_is_told_and_waits_its_turn(server, tmp_path):
     """A first client connects and says nothing yet; a second one is told the server is busy,
     then served once the first has left."""
     root, sock, _ = server
     first = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     first.connect(str(sock))
-    waiting = subprocess.Popen(
-        [str(RECSHARD), *profile(tmp_path / "turn"), "--server", str(sock)],
-        cwd=root,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert waiting.stderr is not None
-    told = waiting.stderr.readline()
-    assert "recshard server: busy with another client's request; this command waits its turn" in told
+    waiting = queued(root, *profile(tmp_path / "turn"), "--server", str(sock))
     assert waiting.poll() is None
     first.close()  # left without asking
     assert waiting.wait(timeout=300) == 0, waiting.stderr.read()
@@ -182,19 +183,8 @@ def test_a_second_server_on_the_socket_is_refused_and_stop_ends_the_first(server
     assert_one_line_error(second.returncode, second.stderr, f"a recshard server already listens on {sock}")
     first = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     first.connect(str(sock))  # the server waits for its request
-    stop = subprocess.Popen(
-        [str(RECSHARD), "serve", "--stop", "--socket", str(sock)], stderr=subprocess.PIPE, text=True
-    )
-    assert stop.stderr is not None
-    assert "waits its turn" in stop.stderr.readline()
-    late = subprocess.Popen(
-        [str(RECSHARD), *profile(root / "late"), "--server", str(sock)],
-        cwd=root,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert late.stderr is not None
-    assert "waits its turn" in late.stderr.readline()
+    stop = queued(root, "serve", "--stop", "--socket", str(sock))
+    late = queued(root, *profile(root / "late"), "--server", str(sock))
     first.close()
     assert stop.wait(timeout=60) == 0
     assert proc.wait(timeout=60) == 0
