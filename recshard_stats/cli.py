@@ -383,6 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    socket_default = str(default_socket())
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     fmt = argparse.RawDescriptionHelpFormatter
@@ -397,11 +398,11 @@ def build_parser() -> argparse.ArgumentParser:
         parser.add_argument(
             "--server",
             nargs="?",
-            const=str(default_socket()),
+            const=socket_default,
             default=None,
             metavar="SOCKET",
             help="run in the Spark session of a running `recshard serve` (its socket; default "
-            f"{default_socket()}): no JVM to start and warm up",
+            f"{socket_default}): no JVM to start and warm up",
         )
         parser.set_defaults(func=func)
 
@@ -598,9 +599,7 @@ def build_parser() -> argparse.ArgumentParser:
         "warm-up per command)",
         SERVE_EXAMPLES,
     )
-    serve.add_argument(
-        "--socket", default=str(default_socket()), help=f"where to listen (default {default_socket()})"
-    )
+    serve.add_argument("--socket", default=socket_default, help=f"where to listen (default {socket_default})")
     serve.add_argument(
         "--idle-timeout",
         type=float,

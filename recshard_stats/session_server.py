@@ -39,8 +39,6 @@ from typing import Any
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.options import SparkOptions
 
-log = logging.getLogger(__name__)
-
 DEFAULT_IDLE_TIMEOUT_S = 3 * 3600.0  # Gradle's daemon waits as long before it ends
 SERVER_APP = "recshard-server"
 WARM_UP_SAMPLES = 100_000
@@ -60,29 +58,42 @@ def default_socket() -> pathlib.Path:
     return base / "server.sock"
 
 
-class _Frames(io.TextIOBase):
-    """A text stream whose writes reach the client as one stream's frames; after the client is
-    gone, writes are dropped (the command is being cancelled)."""
+class _Client:
+    """A client's connection: messages sent whole (the command's threads write at once), and
+    nothing more once it has gone (its command is being cancelled)."""
 
-    def __init__(self, conn: socket.socket, stream: str, lock: threading.Lock, gone: threading.Event):
-        self._conn, self._stream, self._lock, self._gone = conn, stream, lock, gone
+    def __init__(self, conn: socket.socket):
+        self.conn = conn
+        self.gone = threading.Event()
+        self._lock = threading.Lock()
+
+    def send(self, message: dict) -> None:
+        data = (json.dumps(message) + "\n").encode()
+        with self._lock:
+            if self.gone.is_set():
+                return
+            try:
+                self.conn.sendall(data)
+            except OSError:
+                self.gone.set()
+
+    def say(self, text: str) -> None:
+        self.send({"stream": "stderr", "text": text})
+
+
+class _Frames(io.TextIOBase):
+    """A text stream whose writes reach the client as one stream's frames."""
+
+    def __init__(self, client: _Client, stream: str):
+        self._client, self._stream = client, stream
 
     def writable(self) -> bool:
         return True
 
     def write(self, text: str) -> int:
-        if text and not self._gone.is_set():
-            _send(self._conn, {"stream": self._stream, "text": text}, self._lock, self._gone)
+        if text:
+            self._client.send({"stream": self._stream, "text": text})
         return len(text)
-
-
-def _send(conn: socket.socket, message: dict, lock: threading.Lock, gone: threading.Event) -> None:
-    data = (json.dumps(message) + "\n").encode()
-    with lock:
-        try:
-            conn.sendall(data)
-        except OSError:
-            gone.set()
 
 
 class _CurrentStderr(logging.StreamHandler):
@@ -221,13 +232,13 @@ def serve(
                         continue
                     conn.settimeout(None)
                     if request.get("stop"):
-                        _send(conn, {"exit": 0}, threading.Lock(), threading.Event())
+                        _Client(conn).send({"exit": 0})
                         print("recshard server: stopped by a client", file=console, flush=True)
                         return 0
                     argv, cwd = list(request.get("argv", [])), str(request.get("cwd", os.getcwd()))
                     busy[:] = [f"`recshard {' '.join(argv[:1])}` since {time.strftime('%H:%M:%S')}"]
                     started = time.perf_counter()
-                    code = _run_for_client(spark, conn, argv, cwd, run_command)
+                    code = _run_for_client(spark, _Client(conn), argv, cwd, run_command, console)
                     print(
                         f"recshard server: {' '.join(argv[:1])} exited {code} in "
                         f"{time.perf_counter() - started:.1f} s",
@@ -253,9 +264,9 @@ def _turn_away(pending: queue.Queue) -> None:
     text = f"error: [{Reason.SPARK_FAILED.value}] the recshard server ended before this command ran\n"
     while not pending.empty():
         with pending.get() as conn:
-            lock, gone = threading.Lock(), threading.Event()
-            _send(conn, {"stream": "stderr", "text": text}, lock, gone)
-            _send(conn, {"exit": 2}, lock, gone)
+            client = _Client(conn)
+            client.say(text)
+            client.send({"exit": 2})
 
 
 def _accept_all(server: socket.socket, pending: queue.Queue, busy: list[str]) -> None:
@@ -267,27 +278,26 @@ def _accept_all(server: socket.socket, pending: queue.Queue, busy: list[str]) ->
         except OSError:  # the server is ending
             return
         if busy:
-            text = f"recshard server: busy with {busy[0]}; this command waits its turn\n"
-            _send(conn, {"stream": "stderr", "text": text}, threading.Lock(), threading.Event())
+            _Client(conn).say(f"recshard server: busy with {busy[0]}; this command waits its turn\n")
         pending.put(conn)
 
 
-def _run_for_client(spark, conn: socket.socket, argv: list[str], cwd: str, run_command) -> int:
+def _run_for_client(spark, client: _Client, argv: list[str], cwd: str, run_command, console) -> int:
     """One command, in the client's directory, its output to the client; the client's leaving
-    cancels its Spark jobs."""
+    cancels its Spark jobs (said on the server's ``console``: the client hears nothing more)."""
     from recshard_stats import spark_io
 
-    lock, gone, finished = threading.Lock(), threading.Event(), threading.Event()
+    finished = threading.Event()
 
     def watch() -> None:  # the client sends nothing more: end of stream means it has gone
         try:
-            while not finished.is_set() and conn.recv(1):
+            while not finished.is_set() and client.conn.recv(1):
                 pass
         except OSError:
             pass
         if not finished.is_set():
-            gone.set()
-            log.warning("the client went away: cancelling its Spark jobs")
+            client.gone.set()
+            print("recshard server: the client went away, its Spark jobs cancelled", file=console, flush=True)
         # the command's jobs yet to start as well: it is the only one running
         while not finished.wait(CANCEL_EVERY_S):
             spark.sparkContext.cancelAllJobs()
@@ -298,8 +308,8 @@ def _run_for_client(spark, conn: socket.socket, argv: list[str], cwd: str, run_c
         with (
             _directory(cwd),
             spark_io.local_working_directory(spark, cwd),
-            contextlib.redirect_stdout(_Frames(conn, "stdout", lock, gone)),
-            contextlib.redirect_stderr(_Frames(conn, "stderr", lock, gone)),
+            contextlib.redirect_stdout(_Frames(client, "stdout")),
+            contextlib.redirect_stderr(_Frames(client, "stderr")),
         ):
             try:
                 code = run_command(argv)
@@ -316,7 +326,7 @@ def _run_for_client(spark, conn: socket.socket, argv: list[str], cwd: str, run_c
         finished.set()
         spark.catalog.clearCache()
         gc.collect()  # the command's Py4J proxies go, and the JVM objects only they held with them
-    _send(conn, {"exit": code}, lock, gone)
+    client.send({"exit": code})
     if interrupted:
         raise KeyboardInterrupt
     return code
