@@ -28,6 +28,7 @@ import time
 import numpy as np
 
 from recshard_stats.costmodel import TableLoad, placement_cost
+from recshard_stats.solver.local_search import KICKS_WITHOUT_GAIN
 from recshard_stats.solver.plan import Plan
 from recshard_stats.solver.problem import Problem
 from recshard_stats.solver.waterfill import split
@@ -129,10 +130,6 @@ class ExactGpuCost:
                     cost, rows, empty, full, improved = c, trial, trial_empty, trial_full, True
                     break
         return cost, rows
-
-
-# kicks in a row that find no better plan before the polish stops short of its time
-KICKS_WITHOUT_GAIN = 40
 
 
 def call_lpt_plan(problem: Problem, deadline: float | None = None) -> Plan | None:

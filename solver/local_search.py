@@ -19,6 +19,12 @@ Two phases alternate until neither helps or the time budget runs out:
   worth less than another's takes hotter, smaller tables from it, so the GPUs' water levels
   meet (at one level everywhere the plan would reach the pooled bound).
 
+Once neither helps, while the budget lasts, the best assignment so far is kicked (two tables
+moved to random GPUs) and the phases run again, until 40 kicks in a row find nothing better (an
+iterated local search, as the polish with the calls counted does: on the synthetic model's cut
+that :func:`~recshard_stats.solver.column_split.choose_shards` proposes, the phases alone stop
+at 0.2164 ms after 0.2 s, kicked at 0.2066 ms).
+
 Column shards of one table never share a GPU. The result is split exactly
 (:func:`~recshard_stats.solver.waterfill.split_assignment`) like every other plan.
 """
@@ -37,6 +43,8 @@ LEVELS = 256  # saving-per-byte levels within NEAR times the pooled water level 
 FAR_LEVELS = 32  # levels above and below those
 NEAR = 10.0
 _REL = 1e-9  # a change must gain this share of a cost: no cycling on rounding
+# kicks in a row that find no better plan before a search stops short of its time
+KICKS_WITHOUT_GAIN = 40
 
 
 class GpuCostModel:
@@ -335,19 +343,42 @@ def improve(
     budget_s: float = 10.0,
     name: str | None = None,
     model: GpuCostModel | None = None,
+    seed: int = 0,
 ) -> Plan:
-    """The plan's assignment improved by the two phases (module docstring), exactly split
-    (``model``: the problem's, when the caller has built it already)."""
+    """The plan's assignment improved by the two phases (module docstring), then, while the
+    budget lasts, the best assignment so far kicked (two tables moved to random GPUs, drawn from
+    ``seed``) and improved again, until :data:`KICKS_WITHOUT_GAIN` kicks in a row find nothing
+    better; exactly split (``model``: the problem's, when the caller has built it already)."""
     model = model or GpuCostModel(problem)
-    state = _State(model, plan.gpu)
     deadline = time.time() + budget_s
+    best = _descend(_State(model, plan.gpu), deadline)
+    rng = np.random.default_rng(seed)
+    siblings = problem.siblings
+    fruitless = 0
+    while fruitless < KICKS_WITHOUT_GAIN and time.time() < deadline:
+        gpu = best.gpu.copy()
+        for j in rng.choice(len(gpu), size=min(2, len(gpu)), replace=False):
+            free = [
+                h for h in range(problem.num_gpus) if h != gpu[j] and all(gpu[s] != h for s in siblings[j])
+            ]
+            if free:
+                gpu[j] = int(rng.choice(free))
+        kicked = _descend(_State(model, gpu), deadline)
+        fruitless += 1
+        if kicked.cost.max() < best.cost.max() * (1 - _REL):
+            best, fruitless = kicked, 0
+    assignment = tuple(int(g) for g in best.gpu)
+    return Plan(name or plan.name, assignment, split_assignment(problem, assignment))
+
+
+def _descend(state: _State, deadline: float) -> _State:
+    """The two phases (module docstring) until neither helps or the deadline."""
     while time.time() < deadline:
         if _lower_slowest(state, deadline):
             continue
         if not _meet_water_levels(state, deadline):
             break
-    assignment = tuple(int(g) for g in state.gpu)
-    return Plan(name or plan.name, assignment, split_assignment(problem, assignment))
+    return state
 
 
 def _lower_slowest(state: _State, deadline: float) -> bool:

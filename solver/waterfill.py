@@ -15,7 +15,11 @@ plan from below.
 
 from __future__ import annotations
 
+import functools
 import itertools
+import math
+import os
+import sys
 
 import numpy as np
 
@@ -81,15 +85,18 @@ def split_assignment(problem: Problem, gpu: tuple[int, ...]) -> tuple[int, ...]:
     overflow it gets no rows: :func:`~recshard_stats.solver.plan.violations` names it).
 
     The column shards of one table keep the same rows in HBM (TorchRec cuts a table's columns,
-    never its rows apart). Three settlements of the tables cut into shards are tried, each GPU's
+    never its rows apart). Four settlements of the tables cut into shards are tried, each GPU's
     other tables sharing what is left: (a) tables settled one after another, each taking, of
     the rows each shard would get on its own GPU, those at the pooled water level
     (``Problem.shard_rows``) and none, the number that leaves the costliest of its GPUs
     cheapest; (b) every table held at the pooled water level, what the search assumed; (c)
-    every table at the fewest rows any of its shards would get on its own GPU. From each, every
-    table's rows are settled again with the others' fixed while that helps; the best wins.
-    (a) alone, settling a table before the others had theirs, gave one 4.2 million rows for the
-    4,136 of (b), and its GPU twice the cost the search expected (Criteo Kaggle)."""
+    every table at the fewest rows any of its shards would get on its own GPU; (d) the LP's
+    rows (:func:`optimal_shard_rows`). From each, every table's rows are settled again with the
+    others' fixed while that helps; the best wins, or the best of every combination of rows
+    where they are few (:data:`EVERY_SETTLEMENT_UP_TO`). (a) alone, settling a table before the
+    others had theirs, gave one 4.2 million rows for the 4,136 of (b), and its GPU twice the
+    cost the search expected (Criteo Kaggle); without (d), an assignment on the synthetic model
+    was split 25% above the LP's rows."""
     gpus = _GpuSplits(problem, gpu)
     rows = gpus.split_all({})
     if not problem.shard_groups:
@@ -106,16 +113,139 @@ def split_assignment(problem: Problem, gpu: tuple[int, ...]) -> tuple[int, ...]:
         assert best is not None, "no rows at all (r = 0) always fit"
         greedy.update(dict.fromkeys(group, best[1]))
     fewest = {j: min(rows[k] for k in group) for group in problem.shard_groups for j in group}
-    starts = [
-        _ShardSettlement(gpus, fixed)
-        for fixed in dict.fromkeys(_frozen(f) for f in (greedy, problem.shard_rows, fewest))
-    ]
+    settlements = (greedy, problem.shard_rows, fewest, optimal_shard_rows(problem, gpu))
+    starts = [_ShardSettlement(gpus, fixed) for fixed in dict.fromkeys(_frozen(f) for f in settlements if f)]
     for start in starts:
         if start.cost is not None:  # the greedy one always fits: r = 0 does
             start.descend()
-    settled = min(starts, key=lambda s: s.score)
+    settled = min(starts + _every_settlement(gpus), key=lambda s: s.score)
     # only the GPUs holding shards split again
     return gpus.split_all(settled.fixed, {gpu[j] for j in settled.fixed}, rows)
+
+
+# tables cut into shards whose rows' combinations are at most this many are settled by trying
+# each: where a row is a large part of a table, the LP's rows rounded down can be a row short on
+# two tables at once, which no change of one table's rows mends
+EVERY_SETTLEMENT_UP_TO = 4096
+
+
+def _every_settlement(gpus: _GpuSplits) -> list[_ShardSettlement]:
+    """Every combination of the rows of the tables cut into shards (none when they are more than
+    :data:`EVERY_SETTLEMENT_UP_TO`)."""
+    groups = gpus.problem.shard_groups
+    sizes = [gpus.problem.tables[group[0]].hash_size + 1 for group in groups]
+    if math.prod(sizes) > EVERY_SETTLEMENT_UP_TO:
+        return []
+    return [
+        _ShardSettlement(
+            gpus, tuple(sorted((j, r) for group, r in zip(groups, rows, strict=True) for j in group))
+        )
+        for rows in itertools.product(*(range(n) for n in sizes))
+    ]
+
+
+# the LP of the shards' rows is built and solved up to this many columns (segments of the tables
+# on GPUs holding shards): 0.5 s on the synthetic model at 10^7 samples (30,000), 10 s at 4000
+# tables x 256 GPUs, which the time limit does not have for each split
+LP_COLUMNS_UP_TO = 40_000
+
+
+def optimal_shard_rows(problem: Problem, gpu: tuple[int, ...]) -> dict[int, int]:
+    """Rows in HBM of each table cut into shards (the same for all of its shards) that leave the
+    costliest GPU holding shards cheapest, its other tables water-filled: an LP (HiGHS), exact
+    up to whole rows, since each GPU's cost is convex in those rows (its tables' savings are
+    concave in their rows). A table's columns are its segments' rows, hottest first, taken in
+    part; each GPU's bytes stay within its HBM and its cost under the LP's ceiling, which is
+    minimised. Empty when no table is cut, a GPU's trainer buffers overflow it, or the LP would
+    have over :data:`LP_COLUMNS_UP_TO` columns."""
+    import highspy
+
+    groups = problem.shard_groups
+    holding = sorted({gpu[j] for group in groups for j in group})
+    buffers = np.zeros(problem.num_gpus)
+    np.add.at(buffers, np.asarray(gpu), np.asarray(problem.trainer_bytes, dtype=np.float64))
+    room = problem.hbm_capacity - buffers[holding]  # HBM left for rows on each GPU holding shards
+    if not groups or problem.hbm_capacity <= 0 or room.min() < 0:
+        return {}
+    # the LP's units: each table cut into shards (its entries' GPUs) and each whole table on a GPU
+    # holding shards (its own GPU)
+    grouped = {j for group in groups for j in group}
+    units = [(group[0], [gpu[j] for j in group]) for group in groups]
+    units += [(j, [g]) for j, g in enumerate(gpu) if g in holding and j not in grouped]
+    used = [(problem.row_segments[j][1] > 0) & (problem.row_segments[j][0] > 0) for j, _ in units]
+    if sum(int(u.sum()) for u in used) > LP_COLUMNS_UP_TO:
+        return {}
+    row_of = {g: i for i, g in enumerate(holding)}  # capacity rows 0..H-1, cost rows H..2H-1
+    h = len(holding)
+    uvm = np.zeros(h)
+    for j, on in units:
+        for g in on:
+            uvm[row_of[g]] += problem.uvm_time(j)
+    scale = 1.0 / max(float(uvm.max()), 1e-300)  # costs near 1: the solver's tolerances are absolute
+    # column 0 is the ceiling T (in every cost row); then one column per unit and segment, each
+    # in the capacity and cost rows of the unit's GPUs
+    upper, index, value, nonzeros = (
+        [np.array([np.inf])],
+        [np.arange(h, 2 * h)],
+        [-np.ones(h)],
+        [np.array([h])],
+    )
+    widths = []
+    for (j, on), kept in zip(units, used, strict=True):
+        saved, rows = problem.row_segments[j]
+        width, rows_of_on = int(kept.sum()), np.array([row_of[g] for g in on])
+        widths.append(width)
+        upper.append(rows[kept])
+        index.append(np.tile(np.stack([rows_of_on, h + rows_of_on], 1).ravel(), width))
+        entries = np.empty((width, len(on), 2))
+        entries[:, :, 0] = problem.tables[j].row_bytes / problem.hbm_capacity
+        entries[:, :, 1] = -saved[kept, None] * scale
+        value.append(entries.ravel())
+        nonzeros.append(np.full(width, 2 * len(on)))
+    starts = np.concatenate([[0], np.cumsum(np.concatenate(nonzeros))])
+    upper_all = np.concatenate(upper)
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = len(upper_all), 2 * h
+    lp.col_cost_ = np.eye(1, len(upper_all))[0]
+    lp.col_lower_, lp.col_upper_ = np.zeros(len(upper_all)), upper_all
+    lp.row_lower_ = np.full(2 * h, -np.inf)
+    lp.row_upper_ = np.concatenate([room / problem.hbm_capacity, -uvm * scale])
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = starts.astype(np.int32)
+    lp.a_matrix_.index_ = np.concatenate(index).astype(np.int32)
+    lp.a_matrix_.value_ = np.concatenate(value)
+    solver = _lp_solver()
+    solver.clearModel()
+    solver.passModel(lp)
+    solver.run()
+    if solver.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        return {}
+    taken = np.asarray(solver.getSolution().col_value)
+    ends = 1 + np.cumsum(widths)
+    out: dict[int, int] = {}
+    for i, group in enumerate(groups):  # the first units, in order
+        held = int(np.floor(taken[ends[i] - widths[i] : ends[i]].sum() + 1e-6))
+        out.update(dict.fromkeys(group, min(held, problem.tables[group[0]].hash_size)))
+    return out
+
+
+@functools.cache
+def _lp_solver():
+    """One silent HiGHS for the process: it prints its banner to fd 1 as the first one starts,
+    which would land in the output of the command that solves."""
+    import highspy
+
+    sys.stdout.flush()
+    kept = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            solver = highspy.Highs()
+    finally:
+        os.dup2(kept, 1)
+        os.close(kept)
+    solver.setOptionValue("output_flag", False)
+    return solver
 
 
 def _frozen(fixed: dict[int, int]) -> tuple[tuple[int, int], ...]:
@@ -219,7 +349,9 @@ class _ShardSettlement:
             for group in p.shard_groups:
                 others = {j: r for j, r in self.fixed.items() if j not in group}
                 own = {(gpus.split(gpus.gpu[j], others) or {}).get(j, 0) for j in group}
-                for rows in sorted({*own, 0, p.shard_rows[group[0]]} - {self.fixed[group[0]]}):
+                now = self.fixed[group[0]]
+                near = {max(now - 1, 0), min(now + 1, p.tables[group[0]].hash_size)}
+                for rows in sorted({*own, 0, p.shard_rows[group[0]], *near} - {now}):
                     fixed, cost = self._with(group, rows)
                     if _better(_score(cost), self.score):
                         self.fixed, self.cost, improved = fixed, cost, True
