@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 from recshard_stats.costmodel import TableLoad, placement_cost
-from recshard_stats.solver.local_search import KICKS_WITHOUT_GAIN
+from recshard_stats.solver.local_search import KICKS_WITHOUT_GAIN, kick
 from recshard_stats.solver.plan import Plan
 from recshard_stats.solver.problem import Problem
 from recshard_stats.solver.waterfill import split
@@ -215,10 +215,7 @@ def refine(problem: Problem, plan: Plan, time_s: float, name: str | None = None,
     fruitless = 0
     while movable and fruitless < KICKS_WITHOUT_GAIN and time.time() < deadline:
         gpu = list(incumbent[1])
-        for j in rng.choice(movable, size=min(2, len(movable)), replace=False):
-            free = [h for h in range(problem.num_gpus) if h != gpu[j] and allowed(gpu, int(j), h)]
-            if free:
-                gpu[j] = int(rng.choice(free))
+        kick(problem, gpu, movable, rng)
         kicked = descend(gpu)
         fruitless += 1
         if kicked[0] < incumbent[0] * (1 - _REL):

@@ -353,22 +353,29 @@ def improve(
     deadline = time.time() + budget_s
     best = _descend(_State(model, plan.gpu), deadline)
     rng = np.random.default_rng(seed)
-    siblings = problem.siblings
     fruitless = 0
     while fruitless < KICKS_WITHOUT_GAIN and time.time() < deadline:
         gpu = best.gpu.copy()
-        for j in rng.choice(len(gpu), size=min(2, len(gpu)), replace=False):
-            free = [
-                h for h in range(problem.num_gpus) if h != gpu[j] and all(gpu[s] != h for s in siblings[j])
-            ]
-            if free:
-                gpu[j] = int(rng.choice(free))
+        kick(problem, gpu, range(len(gpu)), rng)
         kicked = _descend(_State(model, gpu), deadline)
         fruitless += 1
         if kicked.cost.max() < best.cost.max() * (1 - _REL):
             best, fruitless = kicked, 0
     assignment = tuple(int(g) for g in best.gpu)
     return Plan(name or plan.name, assignment, split_assignment(problem, assignment))
+
+
+def kick(problem: Problem, gpu, movable, rng: np.random.Generator) -> None:
+    """Two of the ``movable`` tables moved, in place, each to a random other GPU that holds no
+    shard of its table."""
+    for j in rng.choice(movable, size=min(2, len(movable)), replace=False):
+        free = [
+            h
+            for h in range(problem.num_gpus)
+            if h != gpu[j] and all(gpu[s] != h for s in problem.siblings[j])
+        ]
+        if free:
+            gpu[j] = int(rng.choice(free))
 
 
 def _descend(state: _State, deadline: float) -> _State:

@@ -137,9 +137,7 @@ def _every_settlement(gpus: _GpuSplits) -> list[_ShardSettlement]:
     if math.prod(sizes) > EVERY_SETTLEMENT_UP_TO:
         return []
     return [
-        _ShardSettlement(
-            gpus, tuple(sorted((j, r) for group, r in zip(groups, rows, strict=True) for j in group))
-        )
+        _ShardSettlement(gpus, _frozen({j: r for group, r in zip(groups, rows, strict=True) for j in group}))
         for rows in itertools.product(*(range(n) for n in sizes))
     ]
 
@@ -169,13 +167,13 @@ def optimal_shard_rows(problem: Problem, gpu: tuple[int, ...]) -> dict[int, int]
         return {}
     # the LP's units: each table cut into shards (its entries' GPUs) and each whole table on a GPU
     # holding shards (its own GPU)
+    row_of = {g: i for i, g in enumerate(holding)}  # capacity rows 0..H-1, cost rows H..2H-1
     grouped = {j for group in groups for j in group}
     units = [(group[0], [gpu[j] for j in group]) for group in groups]
-    units += [(j, [g]) for j, g in enumerate(gpu) if g in holding and j not in grouped]
+    units += [(j, [g]) for j, g in enumerate(gpu) if g in row_of and j not in grouped]
     used = [(problem.row_segments[j][1] > 0) & (problem.row_segments[j][0] > 0) for j, _ in units]
     if sum(int(u.sum()) for u in used) > LP_COLUMNS_UP_TO:
         return {}
-    row_of = {g: i for i, g in enumerate(holding)}  # capacity rows 0..H-1, cost rows H..2H-1
     h = len(holding)
     uvm = np.zeros(h)
     for j, on in units:
