@@ -22,8 +22,8 @@ Two phases alternate until neither helps or the time budget runs out:
 Once neither helps, while the budget lasts, the best assignment so far is kicked (two tables
 moved to random GPUs) and the phases run again, until 40 kicks in a row find nothing better (an
 iterated local search, as the polish with the calls counted does: on the synthetic model's cut
-that :func:`~recshard_stats.solver.column_split.choose_shards` proposes, the phases alone stop
-at 0.2164 ms after 0.2 s, kicked at 0.2066 ms).
+that :func:`~recshard_stats.solver.column_split.choose_shards` proposes, 10^6 samples, the phases
+alone stopped at 0.2164 ms after 0.2 s, kicked at 0.2066 ms; BENCHMARKS.md, ``ladder_bench.py``).
 
 Column shards of one table never share a GPU. The result is split exactly
 (:func:`~recshard_stats.solver.waterfill.split_assignment`) like every other plan.
