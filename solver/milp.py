@@ -88,6 +88,28 @@ def whole_tables(problem: Problem) -> tuple[tuple[int, ...], ...]:
     return ((1,),) * len(problem.tables)
 
 
+def saving_lines(problem: Problem, j: int, segments: int) -> list[tuple[float, float]]:
+    """(slope, intercept) of lines over the share f of table j's rows in HBM that all lie above
+    S(f), its share of the saving all-in-HBM gives, touching it at ~``segments`` breakpoints.
+    S is concave and linear between whole rows: the line through each breakpoint with S's slope
+    just right of it lies above S, so a saving claimed under the lowest of these lines is never
+    less than a plan really gets, and a bound over them is a true lower bound (chords lie under S)."""
+    table = problem.tables[j]
+    rows, frac = breakpoints(problem, j, segments)
+    right = problem.saving_fraction(j, np.minimum(rows + 1, table.hash_size))
+    lines = []
+    for r, value, after in zip(rows, frac, right, strict=True):
+        slope = (after - value) * table.hash_size if r < table.hash_size else 0.0
+        f = r / table.hash_size
+        if slope < _TINY:  # flat at the line's highest value: still above S, no tiny coefficient
+            lines.append((0.0, float(value + slope * (1 - f))))
+        else:
+            lines.append((float(slope), float(value - slope * f)))
+    if len(rows) == 1:  # never accessed: no hits at all
+        lines.append((0.0, 0.0))
+    return lines
+
+
 def build_model(
     problem: Problem,
     options: SolveOptions = SolveOptions(),
@@ -160,23 +182,11 @@ def build_model(
             ),
         )
 
-    cuts = []
-    for e, table in enumerate(entries.tables):
-        rows, frac = breakpoints(entries, e, options.cdf_segments)
-        # S (the share of the table's saving, F under v1) is concave and linear between whole rows:
-        # the line through each breakpoint with S's slope just right of it lies above S, so the
-        # saving the MILP may claim, under the lowest of these lines, is never less than the plan
-        # really gets and the solver's bound is a true lower bound (chords lie under S).
-        right = entries.saving_fraction(e, np.minimum(rows + 1, table.hash_size))
-        for r, value, after in zip(rows, frac, right, strict=True):
-            slope = (after - value) * table.hash_size if r < table.hash_size else 0.0
-            f = r / table.hash_size
-            if slope < _TINY:  # flat at the line's highest value: still above F, no tiny coefficient
-                cuts.append((e, 0.0, value + slope * (1 - f)))
-            else:
-                cuts.append((e, slope, value - slope * f))
-        if len(rows) == 1:  # never accessed: no hits at all
-            cuts.append((e, 0.0, 0.0))
+    cuts = [
+        (e, slope, intercept)
+        for e in range(len(entries.tables))
+        for slope, intercept in saving_lines(entries, e, options.cdf_segments)
+    ]
     # one row per cut and entry, not per GPU: an entry is on one GPU, so its f and y summed over
     # the GPUs are those of that GPU (a weaker LP relaxation than a row per GPU, G times fewer rows)
     m.hbm_hits_under_access_cdf = pyo.Constraint(

@@ -212,7 +212,7 @@ def optimal_shard_rows(problem: Problem, gpu: tuple[int, ...]) -> dict[int, int]
     lp.a_matrix_.start_ = starts.astype(np.int32)
     lp.a_matrix_.index_ = np.concatenate(index).astype(np.int32)
     lp.a_matrix_.value_ = np.concatenate(value)
-    solver = _lp_solver()
+    solver = silent_highs()
     solver.clearModel()
     solver.passModel(lp)
     solver.run()
@@ -228,9 +228,10 @@ def optimal_shard_rows(problem: Problem, gpu: tuple[int, ...]) -> dict[int, int]
 
 
 @functools.cache
-def _lp_solver():
-    """One silent HiGHS for the process: it prints its banner to fd 1 as the first one starts,
-    which would land in the output of the command that solves."""
+def silent_highs():
+    """One silent HiGHS for the process (callers pass their model, and reset any option they set):
+    it prints its banner to fd 1 as the first one starts, which would land in the output of the
+    command that solves."""
     import highspy
 
     sys.stdout.flush()
