@@ -162,9 +162,9 @@ def _price(
         rows.append(([(2 * n + a, 1.0), (a, -1.0)], 0.0))  # y <= b
         rows += [([(2 * n + a, 1.0), (n + a, -s), (a, -b)], 0.0) for s, b in o.lines]
     for j in {options[i].table for i in idx}:  # one shard count of a table
-        held = [a for a, i in enumerate(idx) if options[i].table == j]
-        if len(held) > 1:
-            rows.append(([(a, 1.0) for a in held], 1.0))
+        counts = [a for a, i in enumerate(idx) if options[i].table == j]
+        if len(counts) > 1:
+            rows.append(([(a, 1.0) for a in counts], 1.0))
     rows.append(
         (
             [(a, options[i].buffers) for a, i in enumerate(idx)]
@@ -196,7 +196,10 @@ def _price(
     bound = solver.getInfo().mip_dual_bound
     if not np.isfinite(bound):
         return float(duals.sum()), []  # no bound found in time: what every option together holds
-    held = np.asarray(solver.getSolution().col_value)[:n]
+    solution = solver.getSolution()
+    if not solution.value_valid:
+        return float(bound), []
+    held = np.asarray(solution.col_value)[:n]
     return float(bound), [idx[a] for a in range(n) if held[a] > 0.5]
 
 
