@@ -365,6 +365,13 @@ def improve(
     return Plan(name or plan.name, assignment, split_assignment(problem, assignment))
 
 
+def descend(model: GpuCostModel, gpu, deadline: float) -> tuple[tuple[int, ...], float]:
+    """The two phases from the assignment ``gpu`` until neither helps or the deadline: where they
+    stop and its slowest GPU's cost as the search judges it (no kicks, no exact split)."""
+    state = _descend(_State(model, gpu), deadline)
+    return tuple(int(g) for g in state.gpu), float(state.cost.max())
+
+
 def kick(problem: Problem, gpu, movable, rng: np.random.Generator) -> None:
     """Two of the ``movable`` tables moved, in place, each to a random other GPU that holds no
     shard of its table."""

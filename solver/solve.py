@@ -30,6 +30,7 @@ from recshard_stats.solver.local_search import GpuCostModel, improve, lpt_plan
 from recshard_stats.solver.milp import BUILD_PAIRS_PER_SECOND, CutPlan, MilpResult, milp_pairs, solve_milp
 from recshard_stats.solver.plan import Plan, PlanCost, cost_plan, violations
 from recshard_stats.solver.problem import Problem
+from recshard_stats.solver.recut import recut
 from recshard_stats.solver.waterfill import lower_bound, split_assignment
 from recshard_stats.units import GIB, MS_PER_S
 
@@ -231,6 +232,19 @@ def solve_problem(
             start.source,
             _describe(problem, start.placed),
         )
+
+    if (
+        start is not None
+        and not small
+        and options.max_column_shards > 1
+        and start.cost.max_cost > bound * (1 + mip_gap)
+    ):
+        # not yet within the MIP gap: half the MILP's time goes to other shard counts, a table at a
+        # time (the MILP with every count of every table has found no plan of its own on the
+        # shipped models in 38-44 s; BENCHMARKS.md)
+        end = time.time() + max(0.0, clock.left() - search_s) / 2
+        placed, plan = recut(problem, start.placed, start.cost.plan, end, options.max_column_shards)
+        start = _cheapest(start, _valid(placed, plan, PlanSource.LOCAL_SEARCH)) or start
 
     # the MILP chooses among every shard count of every table when it can be built in a quarter
     # of the time (its bound then holds for every plan), else among the ladder's
