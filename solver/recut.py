@@ -43,6 +43,7 @@ def recut(
         gained = False
         cuts = cuts_of(placed)
         shards = table_shards(placed, plan)
+        gpu_cost = np.asarray(cost.gpu_cost)
         trials = sorted(
             ((j, k) for j, ks in enumerate(counts) for k in ks if k != cuts[j]),
             key=lambda t: (t[1] > cuts[t[0]], uvm[t[0]] / cuts[t[0]], t[1]),
@@ -53,7 +54,7 @@ def recut(
             trial = split_problem(problem, tuple(k if t == j else c for t, c in enumerate(cuts)))
             start = []
             for t, s in enumerate(shards):
-                start += _recut_gpus(s.gpus, k, np.asarray(cost.gpu_cost)) if t == j else list(s.gpus)
+                start += _recut_gpus(s.gpus, k, gpu_cost) if t == j else list(s.gpus)
             gpu, _ = descend(GpuCostModel(trial), start, min(deadline, time.time() + TRIAL_S))
             candidate = Plan(plan.name, gpu, split_assignment(trial, gpu))
             trial_cost = cost_plan(trial, candidate)
