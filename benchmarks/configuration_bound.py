@@ -36,56 +36,14 @@ import highspy
 import numpy as np
 
 from recshard_stats.config import load_hardware_config, load_model_config
-from recshard_stats.solver.column_split import shard_counts, shard_entries
-from recshard_stats.solver.milp import saving_lines
-from recshard_stats.solver.problem import Problem, build_problem
+from recshard_stats.solver.aligned_blocks import ShardOption, shard_options
+from recshard_stats.solver.problem import build_problem
 from recshard_stats.solver.waterfill import lower_bound, silent_highs
 from recshard_stats.stats_reader import load_stats
 from recshard_stats.units import MS_PER_S
 
 _INF = highspy.kHighsInf
 _DUAL_TOL = 1e-6  # the share of G (and of one) the LP's numbers must clear
-
-
-@dataclasses.dataclass(frozen=True)
-class ShardOption:
-    """One shard of table ``table`` cut into ``count``: costs in ms, bytes as shares of a GPU's HBM."""
-
-    table: int
-    count: int
-    uvm_ms: float  # all its rows in host memory
-    saved_ms: float  # what all its rows in HBM would save
-    size: float  # all its rows' bytes
-    buffers: float  # the trainer's buffers it takes wherever it is
-    lines: tuple[tuple[float, float], ...]  # its saving share lies under each (slope * f + intercept)
-
-    def alone_ms(self) -> float:
-        """Its cost alone on a GPU, all of that GPU's HBM its own (inf: its buffers do not fit)."""
-        if self.buffers > 1:
-            return float("inf")
-        f = min(1.0, (1 - self.buffers) / self.size) if self.size > 0 else 1.0
-        return self.uvm_ms - self.saved_ms * min(1.0, *(s * f + b for s, b in self.lines))
-
-
-def shard_options(problem: Problem, max_column_shards: int, segments: int) -> list[ShardOption]:
-    choice = shard_entries(problem, shard_counts(problem, max_column_shards))
-    entries, cap = choice.entries, problem.hbm_capacity
-    out = []
-    for (j, k), es in choice.options.items():
-        e = es[0]  # the shards of one count are alike
-        uvm, hbm = entries.uvm_time(e) * MS_PER_S, entries.hbm_time(e) * MS_PER_S
-        out.append(
-            ShardOption(
-                table=j,
-                count=k,
-                uvm_ms=uvm,
-                saved_ms=uvm - hbm,
-                size=entries.tables[e].size_bytes / cap,
-                buffers=entries.trainer_bytes[e] / cap,
-                lines=tuple(saving_lines(entries, e, segments)),
-            )
-        )
-    return out
 
 
 class Outcome(enum.Enum):

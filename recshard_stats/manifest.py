@@ -36,7 +36,7 @@ from recshard_stats.config import NAME_PATTERN, RESERVED_SUFFIXES, HardwareConfi
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.typed_json import DecodeError, from_plain, to_plain
 
-SCHEMA_VERSION = "5"
+SCHEMA_VERSION = "6"
 MAX_HASH_SIZE = 2**63 - 1  # rows are addressed by int64 ids (TorchRec, FBGEMM)
 HBM, UVM = 0, 1  # a row's tier, as ManifestFile.remap returns it
 KIND = "recshard-manifest"
@@ -67,6 +67,7 @@ class PlanSource(enum.StrEnum):
     START = "start"  # the cheapest start: the balanced plan, LPT or a baseline's assignment, split exactly
     BASELINE = "baseline"  # a whole-table baseline as it is
     RESTRAINED = "restrained"  # the best plan with table moves taken back to stay within max_moved_gib
+    ALIGNED_BLOCKS = "aligned_blocks"  # each table's shards on an aligned block of GPUs (a MILP, HiGHS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -767,8 +768,20 @@ def _from_v4(data: dict) -> dict:
     return {"diff": None, **out}
 
 
+def _from_v5(data: dict) -> dict:
+    """Version 5 -> 6: a plan may come from the MILP of aligned blocks (source ``aligned_blocks``);
+    a version-5 plan never does, and reads as it is."""
+    return {**data, "schema_version": "6"}
+
+
 # version -> the function that brings a document of that version one version up
-_UPGRADES: dict[str, Callable[[dict], dict]] = {"1": _from_v1, "2": _from_v2, "3": _from_v3, "4": _from_v4}
+_UPGRADES: dict[str, Callable[[dict], dict]] = {
+    "1": _from_v1,
+    "2": _from_v2,
+    "3": _from_v3,
+    "4": _from_v4,
+    "5": _from_v5,
+}
 READABLE_VERSIONS = (*_UPGRADES, SCHEMA_VERSION)
 
 

@@ -1,7 +1,9 @@
 """The solve stage end to end: baselines; for each cut of the ladder (hot tables cut into column
 shards, then cut less, down to every table whole) its starts (balanced, LPT, packed, the
-baselines) and a local search; the MILP, which chooses each table's shard count; local search
-again; exact split; lower bound; and TorchRec's planner beside them when torchrec is installed."""
+baselines) and a local search; where the best is not within the MIP gap of the bound, shard
+counts changed a table at a time and the MILP of aligned blocks; the MILP, which chooses each
+table's shard count; local search again; exact split; lower bound; and TorchRec's planner beside
+them when torchrec is installed."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.manifest import Manifest, MilpStatus, PlanSource
 from recshard_stats.options import SolveOptions
+from recshard_stats.solver.aligned_blocks import aligned_plan
 from recshard_stats.solver.baselines import all_baselines
 from recshard_stats.solver.churn import moved_bytes, previous_ranks
 from recshard_stats.solver.column_split import (
@@ -45,6 +48,13 @@ SMALL_TABLES, SMALL_GPUS = 12, 8
 # the share of the time limit kept for what follows the last timed step (the exact split and
 # costing of the plan, the log): the solve ends within its time limit
 FINISH_SHARE = 0.05
+# lines over each shard's saving in the MILP of aligned blocks: a smaller model explores more in
+# its time (the synthetic model at 10^6 samples, 30 s from the all-cut plan: 0.1594 ms with 6,
+# 0.1606 ms with 16; BENCHMARKS.md)
+ALIGNED_SEGMENTS = 6
+# the share of the MILP's time left after recut that goes to the MILP of aligned blocks: the
+# MILP with every count keeps the rest (it proves plans on the instances where it finds them)
+ALIGNED_SHARE = 0.75
 # the share of the time limit kept for the polish with the kernel calls counted, where the model
 # has them: with the H200 calibration a call's longest bag sets much of a GPU's time, which only
 # that polish sees (the built-in example: 0.2339 ms with the 4.7 s it had left, 0.2076 ms with this;
@@ -233,6 +243,7 @@ def solve_problem(
             _describe(problem, start.placed),
         )
 
+    aligned_s = 0.0  # kept for the MILP of aligned blocks, which runs last
     if (
         start is not None
         and not small
@@ -240,19 +251,21 @@ def solve_problem(
         and start.cost.max_cost > bound * (1 + mip_gap)
     ):
         # not yet within the MIP gap: half the MILP's time goes to other shard counts, a table at a
-        # time (the MILP with every count of every table has found no plan of its own on the
-        # shipped models in 38-44 s; BENCHMARKS.md)
+        # time, and most of the rest to the MILP of aligned blocks, run last, when the polish may
+        # have left time too (the MILP with every count of every table has found no plan of its
+        # own on the shipped models in 38-44 s; BENCHMARKS.md)
         end = time.time() + max(0.0, clock.left() - search_s) / 2
         placed, plan = recut(problem, start.placed, start.cost.plan, end, options.max_column_shards)
         start = _cheapest(start, _valid(placed, plan, PlanSource.LOCAL_SEARCH)) or start
+        aligned_s = max(0.0, clock.left() - search_s) * ALIGNED_SHARE
 
     # the MILP chooses among every shard count of every table when it can be built in a quarter
     # of the time (its bound then holds for every plan), else among the ladder's
     full = shard_counts(problem, options.max_column_shards)
     counts = full
-    if milp_pairs(problem, options, full) / BUILD_PAIRS_PER_SECOND > clock.left() / 4:
+    if milp_pairs(problem, options, full) / BUILD_PAIRS_PER_SECOND > (clock.left() - aligned_s) / 4:
         counts = shard_counts(problem, options.max_column_shards, ladder[0])
-    left = clock.left() - search_s
+    left = clock.left() - search_s - aligned_s
     milp = solve_milp(
         problem,
         dataclasses.replace(options, time_limit_s=max(0.05, left), mip_gap=mip_gap),
@@ -261,7 +274,7 @@ def solve_problem(
         counts,
     )
     if milp.status == MilpStatus.SKIPPED and search_s > 0:  # the MILP's time goes to the search
-        search_s = max(search_s, clock.left())
+        search_s = max(search_s, clock.left() - aligned_s)
     from_milp = None
     if milp.status not in (MilpStatus.NO_INCUMBENT, MilpStatus.SKIPPED):  # else its plan is the start's
         # its own rows (whole where tables are small) or the exact split of its assignment
@@ -272,14 +285,18 @@ def solve_problem(
         )
     best = _cheapest(from_milp, start)
     assert best is not None, "the MILP ran without a start: it found a plan or raised"
-    if search_s > 0 and clock.left() > 0:
+    if search_s > 0 and clock.left() - aligned_s > 0:
         model = models.get(cuts_of(best.placed)) or GpuCostModel(best.placed)
         searched = _valid(
             best.placed,
-            improve(best.placed, best.cost.plan, min(search_s, clock.left()), "recshard", model),
+            improve(best.placed, best.cost.plan, min(search_s, clock.left() - aligned_s), "recshard", model),
             PlanSource.LOCAL_SEARCH,
         )
         best = _cheapest(best, searched) or best
+    if aligned_s > 0 and clock.left() > 0:  # all the time left: the search may have ended early
+        aligned = aligned_plan(problem, options.max_column_shards, ALIGNED_SEGMENTS, clock.end)
+        if aligned is not None:
+            best = _cheapest(best, _valid(*aligned, PlanSource.ALIGNED_BLOCKS)) or best
     if has_call_costs(problem):
         best = _with_call_costs(problem, best, [c for c in tried if c is not None], baselines, finish)
     if previous is not None and options.max_moved_gib is not None:

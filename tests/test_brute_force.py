@@ -25,7 +25,8 @@ import pytest
 from recshard_stats.costmodel import CostModel, PassTerms, TierTerms
 from recshard_stats.errors import RecShardError
 from recshard_stats.options import SolveOptions
-from recshard_stats.solver.column_split import split_problem
+from recshard_stats.solver.aligned_blocks import aligned_plan
+from recshard_stats.solver.column_split import split_problem, table_shards
 from recshard_stats.solver.local_search import lpt_plan
 from recshard_stats.solver.plan import Plan, cost_plan, violations
 from recshard_stats.solver.problem import Problem, TableDemand
@@ -392,3 +393,45 @@ def test_recut_keeps_a_plan_no_trial_improves():
             assert (placed, plan) == (problem, start)
             return
     pytest.fail("no base instance whose LPT plan is optimal")
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_aligned_blocks_reach_the_optimum_on_two_gpus(scenario):
+    """On two GPUs every plan is one of aligned blocks (a table cut in two takes both), so the MILP
+    of aligned blocks, small tables' rows whole, reaches the enumerated optimum of every cut."""
+    checked = 0
+    for seed in range(25):
+        problem = tiny_problem(scenario, seed)
+        optimum = enumerate_optimum(problem).best if problem.num_gpus == 2 else np.inf
+        if not np.isfinite(optimum):
+            continue
+        found = aligned_plan(problem, 2, 16, time.time() + 10)
+        assert found is not None
+        placed, plan = found
+        assert violations(placed, plan) == []
+        assert cost_plan(placed, plan).max_cost == pytest.approx(optimum, rel=1e-3)
+        checked += 1
+    assert checked >= 5
+
+
+def test_aligned_blocks_on_four_gpus_are_the_best_of_their_kind():
+    """On four GPUs a table cut in two takes GPUs 0-1 or 2-3: the plan's shards lie so, and no
+    plan of that kind (each enumerated, split exactly) is cheaper."""
+    for seed in range(6):
+        tiny = tiny_problem("base", seed)
+        problem = Problem(tiny.tables, dataclasses.replace(tiny.hardware, num_gpus=4))
+        placed, plan = aligned_plan(problem, 2, 16, time.time() + 10) or pytest.fail("no plan")
+        assert violations(placed, plan) == []
+        for shards in table_shards(placed, plan):
+            assert shards.gpus in ((0,), (1,), (2,), (3,), (0, 1), (2, 3))
+        best = np.inf
+        options = [
+            [(1, g) for g in range(4)] + ([(2, 0), (2, 2)] if t.dim % 2 == 0 else []) for t in problem.tables
+        ]
+        for choice in itertools.product(*options):
+            cut = split_problem(problem, tuple(k for k, _ in choice))
+            gpu = tuple(first + i for k, first in choice for i in range(k))
+            trial = Plan("enumerated", gpu, split_assignment(cut, gpu))
+            if not violations(cut, trial):
+                best = min(best, cost_plan(cut, trial).max_cost)
+        assert cost_plan(placed, plan).max_cost == pytest.approx(best, rel=1e-3)

@@ -106,13 +106,13 @@ def test_remap_entry_schema_matches_remap_file():
 
 
 def test_a_manifest_written_before_the_dataclasses_loads_and_round_trips():
-    """A version-1 manifest (from before the dataclasses) reads as version 5: the same document
+    """A version-1 manifest (from before the dataclasses) reads as version 6: the same document
     but for the fields added since, at their defaults, version 2's renames, version 3's
     optimizer, version 4's in-sample predictions (its own) and version 5's absent diff."""
     text = OLD.read_text()
     manifest = Manifest.from_json(text)
     expected = json.loads(text)
-    expected["schema_version"] = "5"
+    expected["schema_version"] = "6"
     expected["diff"] = None
     expected["inputs"]["solver_settings"] = expected["inputs"].pop("solver_options")
     expected["hardware"].update(index_bytes=8, output_bytes_per_element=4, optimizer="sgd")
@@ -237,11 +237,11 @@ def test_loader_refuses_a_remap_reached_through_a_link_that_leaves_the_directory
 LAST_V1 = pathlib.Path(__file__).parent / "data" / "manifest_v1_34e76d1.json"
 
 
-def test_this_reader_reads_the_last_version_1_manifest_as_version_5():
+def test_this_reader_reads_the_last_version_1_manifest_as_version_6():
     data = json.loads(LAST_V1.read_text())
     assert data["schema_version"] == "1" and "solver_options" in data["inputs"]
     manifest = Manifest.from_json(data)
-    assert manifest.schema_version == SCHEMA_VERSION == "5"
+    assert manifest.schema_version == SCHEMA_VERSION == "6"
     assert dataclasses.asdict(manifest.inputs.solver_settings) == {
         **data["inputs"]["solver_options"],
         "hit_estimate": "in_sample",
@@ -252,26 +252,26 @@ def test_this_reader_reads_the_last_version_1_manifest_as_version_5():
     # version 1's "warm_start" is version 2's "start"
     data["plan"]["source"] = "warm_start"
     assert Manifest.from_json(data).plan.source is PlanSource.START
-    # written again, it is a version-5 document the schema accepts
+    # written again, it is a version-6 document the schema accepts
     jsonschema.validate(json.loads(manifest.to_json()), SCHEMA)
-    assert json.loads(manifest.to_json())["schema_version"] == "5"
+    assert json.loads(manifest.to_json())["schema_version"] == "6"
 
 
 # the last version-2 manifest: written by `recshard run` at commit 9a1e6cf, the release before version 3
 LAST_V2 = pathlib.Path(__file__).parent / "data" / "manifest_v2_9a1e6cf.json"
 
 
-def test_this_reader_reads_the_last_version_2_manifest_as_version_5():
+def test_this_reader_reads_the_last_version_2_manifest_as_version_6():
     """Version 3 names the trainer's optimizer: a version-2 multiplier of 1.0 (no state) reads as
     sgd, the rest of the document unchanged; any other multiplier names no optimizer and is
     refused with the fix."""
     data = json.loads(LAST_V2.read_text())
     assert data["schema_version"] == "2" and data["hardware"]["optimizer_state_multiplier"] == 1.0
     manifest = Manifest.from_json(data)
-    assert manifest.schema_version == "5" and manifest.hardware.optimizer == "sgd"
+    assert manifest.schema_version == "6" and manifest.hardware.optimizer == "sgd"
     written = json.loads(manifest.to_json())
     jsonschema.validate(written, SCHEMA)
-    expected = _as_version_5(_as_version_4(json.loads(LAST_V2.read_text())))
+    expected = _as_version_6(_as_version_5(_as_version_4(json.loads(LAST_V2.read_text()))))
     del expected["hardware"]["optimizer_state_multiplier"]
     expected["hardware"]["optimizer"] = "sgd"
     assert written == expected
@@ -281,6 +281,12 @@ def test_this_reader_reads_the_last_version_2_manifest_as_version_5():
     ) as err:
         Manifest.from_json(data)
     assert "solve again with optimizer set in the hardware config" in err.value.render()
+
+
+def _as_version_6(expected: dict) -> dict:
+    """Version 6 adds a plan source (``aligned_blocks``) and no field: only the version changes."""
+    expected["schema_version"] = "6"
+    return expected
 
 
 def _as_version_5(expected: dict) -> dict:
@@ -305,17 +311,17 @@ def _as_version_4(expected: dict) -> dict:
 LAST_V3 = pathlib.Path(__file__).parent / "data" / "manifest_v3_4241fa8.json"
 
 
-def test_this_reader_reads_the_last_version_3_manifest_as_version_5():
+def test_this_reader_reads_the_last_version_3_manifest_as_version_6():
     """Version 4 records predictions on new data and on the profiled data side by side; a
     version-3 plan was chosen with the profiled counts, so its predictions are its in-sample ones
     and its hit estimate in_sample; the rest of the document is unchanged."""
     data = json.loads(LAST_V3.read_text())
     assert data["schema_version"] == "3" and "hit_estimate" not in data["inputs"]["solver_settings"]
     manifest = Manifest.from_json(data)
-    assert manifest.schema_version == "5" and manifest.inputs.solver_settings.hit_estimate == "in_sample"
+    assert manifest.schema_version == "6" and manifest.inputs.solver_settings.hit_estimate == "in_sample"
     written = json.loads(manifest.to_json())
     jsonschema.validate(written, SCHEMA)
-    assert written == _as_version_5(_as_version_4(json.loads(LAST_V3.read_text())))
+    assert written == _as_version_6(_as_version_5(_as_version_4(json.loads(LAST_V3.read_text()))))
     t = manifest.tables[0]
     assert t.in_sample_hbm_access_fraction == t.predicted_hbm_access_fraction
     assert manifest.plan.in_sample_objective_ms == manifest.plan.objective_ms
@@ -325,7 +331,7 @@ def test_this_reader_reads_the_last_version_3_manifest_as_version_5():
 LAST_V4 = pathlib.Path(__file__).parent / "data" / "manifest_v4_d188e0c.json"
 
 
-def test_this_reader_reads_the_last_version_4_manifest_as_version_5():
+def test_this_reader_reads_the_last_version_4_manifest_as_version_6():
     """Version 5 adds the diff against the previous plan and the cap on moves: a version-4 plan
     has neither; the rest of the document is unchanged."""
     data = json.loads(LAST_V4.read_text())
@@ -334,7 +340,24 @@ def test_this_reader_reads_the_last_version_4_manifest_as_version_5():
     assert manifest.diff is None and manifest.inputs.solver_settings.max_moved_gib is None
     written = json.loads(manifest.to_json())
     jsonschema.validate(written, SCHEMA)
-    assert written == _as_version_5(json.loads(LAST_V4.read_text()))
+    assert written == _as_version_6(_as_version_5(json.loads(LAST_V4.read_text())))
+
+
+# the last version-5 manifest: written by `recshard run` at commit 5a818db, the release before version 6
+LAST_V5 = pathlib.Path(__file__).parent / "data" / "manifest_v5_5a818db.json"
+
+
+def test_this_reader_reads_the_last_version_5_manifest_as_version_6():
+    """Version 6 adds the plan source ``aligned_blocks``, which no version-5 plan has: the document
+    reads as it is, at the new version."""
+    data = json.loads(LAST_V5.read_text())
+    assert data["schema_version"] == "5" and data["plan"]["source"] != "aligned_blocks"
+    manifest = Manifest.from_json(data)
+    written = json.loads(manifest.to_json())
+    jsonschema.validate(written, SCHEMA)
+    assert written == _as_version_6(json.loads(LAST_V5.read_text()))
+    data["plan"]["source"] = "aligned_blocks"
+    assert Manifest.from_json({**data, "schema_version": "6"}).plan.source is PlanSource.ALIGNED_BLOCKS
 
 
 def test_the_diffs_schema_describes_its_dataclasses():
@@ -350,13 +373,13 @@ def test_a_newer_manifest_is_refused_by_its_version_not_by_its_fields(tmp_path):
     """What an older trainer meets when the solver was upgraded first: a manifest of a version it
     does not read, with a field it does not know. It names the versions, not the field."""
     data = json.loads(Manifest.from_json(LAST_V1.read_text()).to_json())
-    data["schema_version"] = "6"
+    data["schema_version"] = "7"
     data["plan"]["solver_seconds_by_stage"] = {"milp": 1.0}
     (tmp_path / "manifest.json").write_text(json.dumps(data))
     with pytest.raises(RecShardError) as err:
         load_manifest(tmp_path, verify_checksums=False)
     message = str(err.value)
-    assert "schema_version '6': this recshard-stats reads versions 1, 2, 3, 4, 5" in message
+    assert "schema_version '7': this recshard-stats reads versions 1, 2, 3, 4, 5, 6" in message
     assert "written by a newer recshard-stats" in message and "upgrade recshard-stats" in message
     assert "unknown field" not in message and "solver_seconds_by_stage" not in message
     data["schema_version"] = "draft"
@@ -389,7 +412,7 @@ def test_the_released_version_1_reader_refuses_a_newer_manifest_by_its_version()
             released.Manifest.from_json(document)
     finally:
         del sys.modules[released.__name__]
-    assert "schema_version '5'; this loader reads '1'" in str(err.value)
+    assert "schema_version '6'; this loader reads '1'" in str(err.value)
     assert err.value.fixes == ("upgrade recshard-stats",)
 
 

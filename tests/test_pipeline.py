@@ -268,10 +268,10 @@ def test_loader_rejects_tampering_and_mismatches(pipeline, tmp_path):
             load_manifest(path)
 
     tampered = json.loads(json.dumps(data))
-    tampered["schema_version"] = "6"
+    tampered["schema_version"] = "7"
     path.write_text(json.dumps(tampered))
     with pytest.raises(
-        RecShardError, match="schema_version '6': this recshard-stats reads versions 1, 2, 3, 4, 5"
+        RecShardError, match="schema_version '7': this recshard-stats reads versions 1, 2, 3, 4, 5, 6"
     ):
         load_manifest(path)
 
