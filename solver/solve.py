@@ -257,7 +257,8 @@ def solve_problem(
         end = time.time() + max(0.0, clock.left() - search_s) / 2
         placed, plan = recut(problem, start.placed, start.cost.plan, end, options.max_column_shards)
         start = _cheapest(start, _valid(placed, plan, PlanSource.LOCAL_SEARCH)) or start
-        aligned_s = max(0.0, clock.left() - search_s) * ALIGNED_SHARE
+        if not has_call_costs(problem):  # its MILP leaves the calls out, which set much of such a cost
+            aligned_s = max(0.0, clock.left() - search_s) * ALIGNED_SHARE
 
     # the MILP chooses among every shard count of every table when it can be built in a quarter
     # of the time (its bound then holds for every plan), else among the ladder's
