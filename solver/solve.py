@@ -50,7 +50,7 @@ SMALL_TABLES, SMALL_GPUS = 12, 8
 FINISH_SHARE = 0.05
 # lines over each shard's saving in the MILP of aligned blocks: a smaller model explores more in
 # its time (the synthetic model at 10^6 samples, 30 s from the all-cut plan: 0.1594 ms with 6,
-# 0.1606 ms with 16; BENCHMARKS.md)
+# 0.1606-0.1616 ms with 16; BENCHMARKS.md)
 ALIGNED_SEGMENTS = 6
 # the share of the MILP's time left after recut that goes to the MILP of aligned blocks: the
 # MILP with every count keeps the rest (it proves plans on the instances where it finds them)
