@@ -38,7 +38,7 @@ import numpy as np
 from recshard_stats.config import load_hardware_config, load_model_config
 from recshard_stats.solver.aligned_blocks import ShardOption, shard_options
 from recshard_stats.solver.problem import build_problem
-from recshard_stats.solver.waterfill import lower_bound, silent_highs
+from recshard_stats.solver.waterfill import colwise_matrix, lower_bound, run_highs
 from recshard_stats.stats_reader import load_stats
 from recshard_stats.units import MS_PER_S
 
@@ -62,29 +62,6 @@ class Test:
     seconds: float
 
 
-def _run(lp: highspy.HighsLp, time_limit: float, mip_rel_gap: float = 1e-4) -> highspy.Highs:
-    """The process's silent HiGHS on ``lp``, its options reset after."""
-    solver = silent_highs()
-    solver.clearModel()
-    solver.setOptionValue("time_limit", max(time_limit, 0.1))
-    solver.setOptionValue("mip_rel_gap", mip_rel_gap)
-    solver.passModel(lp)
-    solver.run()
-    solver.setOptionValue("time_limit", _INF)
-    solver.setOptionValue("mip_rel_gap", 1e-4)
-    return solver
-
-
-def _matrix(lp: highspy.HighsLp, columns: list[list[tuple[int, float]]]) -> None:
-    """``lp``'s constraint matrix from its columns' (row, value) pairs."""
-    starts = np.cumsum([0] + [len(c) for c in columns])
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    lp.a_matrix_.start_ = starts.astype(np.int32)
-    lp.a_matrix_.index_ = np.array([r for c in columns for r, _ in c], dtype=np.int32)
-    lp.a_matrix_.value_ = np.array([v for c in columns for _, v in c], dtype=np.float64)
-    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = lp.num_col_, lp.num_row_
-
-
 def _master(options: list[ShardOption], configs: list[list[int]]) -> tuple[float, np.ndarray]:
     """(GPUs the configurations found so far take, each option's dual value)."""
     tables = sorted({o.table for o in options})
@@ -98,8 +75,8 @@ def _master(options: list[ShardOption], configs: list[list[int]]) -> tuple[float
     lp.row_upper_ = np.concatenate([np.full(len(options), _INF), np.ones(len(tables))])
     columns = [[(i, 1.0) for i in c] for c in configs]
     columns += [[(i, -float(o.count)), (row_of_table[o.table], 1.0)] for i, o in enumerate(options)]
-    _matrix(lp, columns)
-    solver = _run(lp, _INF)
+    colwise_matrix(lp, columns)
+    solver = run_highs(lp, _INF)
     if solver.getModelStatus() != highspy.HighsModelStatus.kOptimal:
         raise RuntimeError(f"the master LP ended {solver.getModelStatus()}")
     duals = np.maximum(np.asarray(solver.getSolution().row_dual)[: len(options)], 0.0)
@@ -149,8 +126,8 @@ def _price(
     lp.row_upper_ = np.array([upper for _, upper in rows])
     lp.sense_ = highspy.ObjSense.kMaximize
     lp.integrality_ = [highspy.HighsVarType.kInteger] * n + [highspy.HighsVarType.kContinuous] * (2 * n)
-    _matrix(lp, columns)
-    solver = _run(lp, time_limit, mip_rel_gap=1e-6)
+    colwise_matrix(lp, columns)
+    solver = run_highs(lp, time_limit, mip_rel_gap=1e-6)
     bound = solver.getInfo().mip_dual_bound
     if not np.isfinite(bound):
         return float(duals.sum()), []  # no bound found in time: what every option together holds

@@ -35,7 +35,7 @@ from recshard_stats.solver.column_split import (
 from recshard_stats.solver.milp import WHOLE_ROWS_UP_TO, saving_lines
 from recshard_stats.solver.plan import Plan, cost_plan
 from recshard_stats.solver.problem import Problem
-from recshard_stats.solver.waterfill import silent_highs, split_assignment
+from recshard_stats.solver.waterfill import colwise_matrix, run_highs, split_assignment
 from recshard_stats.units import MS_PER_S
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,8 @@ def blocks(num_gpus: int, count: int) -> range:
 
 
 class _Builder:
-    """A HiGHS model built row by row: columns (cost, bounds, integer) and (row, column, value)."""
+    """A HiGHS model built row by row: per column its cost, upper bound, integrality and its
+    (row, value) pairs."""
 
     def __init__(self) -> None:
         self.cost: list[float] = []
@@ -102,19 +103,21 @@ class _Builder:
         self.integer: list[bool] = []
         self.row_lower: list[float] = []
         self.row_upper: list[float] = []
-        self.terms: list[tuple[int, int, float]] = []
+        self.columns: list[list[tuple[int, float]]] = []
 
     def column(self, cost: float, upper: float, integer: bool = False) -> int:
         self.cost.append(cost)
         self.upper.append(upper)
         self.integer.append(integer)
+        self.columns.append([])
         return len(self.cost) - 1
 
     def row(self, terms: list[tuple[int, float]], lower: float = -np.inf, upper: float = np.inf) -> int:
         r = len(self.row_lower)
         self.row_lower.append(lower)
         self.row_upper.append(upper)
-        self.terms += [(r, c, v) for c, v in terms]
+        for c, v in terms:
+            self.columns[c].append((r, v))
         return r
 
     def lp(self):
@@ -127,13 +130,7 @@ class _Builder:
         lp.row_lower_, lp.row_upper_ = np.asarray(self.row_lower), np.asarray(self.row_upper)
         kind = highspy.HighsVarType
         lp.integrality_ = [kind.kInteger if i else kind.kContinuous for i in self.integer]
-        rows, cols, values = (np.asarray(v) for v in zip(*self.terms, strict=True))
-        order = np.lexsort((rows, cols))
-        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-        lp.a_matrix_.start_ = np.searchsorted(cols[order], np.arange(lp.num_col_ + 1)).astype(np.int32)
-        lp.a_matrix_.index_ = rows[order].astype(np.int32)
-        lp.a_matrix_.value_ = values[order].astype(np.float64)
-        lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = lp.num_col_, lp.num_row_
+        colwise_matrix(lp, self.columns)
         return lp
 
 
@@ -207,18 +204,7 @@ def aligned_plan(
 def _run(lp, seconds: float, start: list[int]) -> tuple[np.ndarray, str] | None:
     """HiGHS on the model for ``seconds`` from the binaries ``start`` set (a partial solution it
     completes; none: from nothing): (its values, its status), None when it found no solution."""
-    import highspy
-
-    solver = silent_highs()
-    solver.clearModel()
-    solver.setOptionValue("time_limit", max(seconds, 0.1))
-    solver.setOptionValue("mip_rel_gap", BLOCKS_MIP_GAP)
-    solver.passModel(lp)
-    if start:
-        solver.setSolution(len(start), np.asarray(start, dtype=np.int32), np.ones(len(start)))
-    solver.run()
-    solver.setOptionValue("time_limit", highspy.kHighsInf)
-    solver.setOptionValue("mip_rel_gap", 1e-4)
+    solver = run_highs(lp, seconds, BLOCKS_MIP_GAP, start)
     solution = solver.getSolution()
     if not solution.value_valid:
         return None

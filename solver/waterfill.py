@@ -20,6 +20,7 @@ import itertools
 import math
 import os
 import sys
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -245,6 +246,36 @@ def silent_highs():
         os.close(kept)
     solver.setOptionValue("output_flag", False)
     return solver
+
+
+def run_highs(lp, time_limit: float, mip_rel_gap: float = 1e-4, start: Sequence[int] = ()):
+    """The process's silent HiGHS on ``lp`` for at most ``time_limit`` seconds, the columns in
+    ``start`` set to one (a partial solution it completes), its options reset after."""
+    import highspy
+
+    solver = silent_highs()
+    solver.clearModel()
+    solver.setOptionValue("time_limit", max(time_limit, 0.1))
+    solver.setOptionValue("mip_rel_gap", mip_rel_gap)
+    solver.passModel(lp)
+    if start:
+        solver.setSolution(len(start), np.asarray(start, dtype=np.int32), np.ones(len(start)))
+    solver.run()
+    solver.setOptionValue("time_limit", highspy.kHighsInf)
+    solver.setOptionValue("mip_rel_gap", 1e-4)
+    return solver
+
+
+def colwise_matrix(lp, columns: Sequence[Sequence[tuple[int, float]]]) -> None:
+    """``lp``'s constraint matrix from its columns' (row, value) pairs, rows ascending."""
+    import highspy
+
+    starts = np.cumsum([0] + [len(c) for c in columns])
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = starts.astype(np.int32)
+    lp.a_matrix_.index_ = np.array([r for c in columns for r, _ in c], dtype=np.int32)
+    lp.a_matrix_.value_ = np.array([v for c in columns for _, v in c], dtype=np.float64)
+    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = lp.num_col_, lp.num_row_
 
 
 def _frozen(fixed: dict[int, int]) -> tuple[tuple[int, int], ...]:
