@@ -23,11 +23,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
 import time
+import weakref
 
 import numpy as np
 
+import recshard_stats
 from recshard_stats.solver.column_split import (
+    cuts_of,
     shard_counts,
     shard_entries,
     split_problem,
@@ -42,6 +50,12 @@ log = logging.getLogger(__name__)
 
 # the MIP gap HiGHS stops at: the exact split decides between plans this close anyway
 BLOCKS_MIP_GAP = 1e-3
+# where it runs in a process of its own: the seconds before the solve's deadline its HiGHS stops,
+# for the exact split of its plan and the trip back
+BESIDE_MARGIN_S = 1.0
+# above this many binaries it is not started beside the ladder (1000 tables on 64 GPUs would have
+# 127,000, and the ladder proves such a family's plans within the MIP gap anyway)
+BESIDE_MOST_BLOCKS = 20_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,3 +223,99 @@ def _run(lp, seconds: float, start: list[int]) -> tuple[np.ndarray, str] | None:
     if not solution.value_valid:
         return None
     return np.asarray(solution.col_value), solver.modelStatusToString(solver.getModelStatus())
+
+
+def spare_cpus() -> bool:
+    """Whether this process may use two CPUs: the MILP of aligned blocks then runs beside the
+    solve's other stages rather than after them."""
+    return len(os.sched_getaffinity(0)) >= 2
+
+
+def block_choices(problem: Problem, max_column_shards: int) -> int:
+    """The MILP's binaries: one per table, shard count and aligned block of that count."""
+    return sum(problem.num_gpus // k for counts in shard_counts(problem, max_column_shards) for k in counts)
+
+
+class AlignedBeside:
+    """:func:`aligned_plan` in a process of its own, started now, read back by :meth:`result` or
+    dropped by :meth:`cancel` (or when it is garbage-collected). A fresh interpreter: HiGHS's
+    threads do not survive a fork, and multiprocessing's spawn would run the caller's script again
+    where it has no main guard. From every table cut as much as it may be, with all the time to
+    ``deadline``: alone, the synthetic model at 10^6 samples reached 0.1594 ms in 45 s and 0.1587
+    ms in 60 s, against 0.1595 ms with the ~20 s it had after the other stages (BENCHMARKS.md)."""
+
+    def __init__(self, problem: Problem, max_column_shards: int, segments: int, deadline: float):
+        self._problem = problem
+        # a file, not a pipe: nothing blocks on what it prints
+        self._errors = tempfile.TemporaryFile()  # noqa: SIM115 (open while it runs)
+        handle, self._out = tempfile.mkstemp(prefix="recshard-aligned-", suffix=".pickle")
+        os.close(handle)
+        package_root = os.path.dirname(os.path.dirname(os.path.abspath(recshard_stats.__file__)))
+        path = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", __name__, self._out],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=self._errors,
+            env={**os.environ, "PYTHONPATH": path},
+        )
+        self._end = weakref.finalize(self, _end_process, self._process, self._errors, self._out)
+        assert self._process.stdin is not None
+        self._process.stdin.write(
+            pickle.dumps((problem, max_column_shards, segments, deadline - BESIDE_MARGIN_S))
+        )
+        self._process.stdin.close()
+
+    def cancel(self) -> None:
+        """Its plan is not wanted: the process is ended, its files removed."""
+        self._end()
+
+    def result(self, deadline: float) -> tuple[Problem, Plan] | None:
+        """Its plan (tables cut as it chose, split exactly), waiting for it until ``deadline``
+        at most; None when it found none, failed or was late."""
+        try:
+            code = self._process.wait(timeout=max(0.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            log.warning("aligned blocks: no plan by the deadline, the process is ended")
+            self.cancel()
+            return None
+        if code != 0:  # its plan is lost, not the solve
+            self._errors.seek(0)
+            detail = self._errors.read().decode(errors="replace")[-2000:]
+            log.warning("aligned blocks: the process failed (exit code %s): %s", code, detail)
+            self.cancel()
+            return None
+        with open(self._out, "rb") as f:
+            found = pickle.load(f)
+        self.cancel()
+        if found is None:
+            return None
+        cuts, plan = found
+        placed = split_problem(self._problem, cuts)
+        log.info(
+            "aligned blocks (in a process of its own): %.4f ms/batch split exactly",
+            cost_plan(placed, plan).max_cost * MS_PER_S,
+        )
+        return placed, plan
+
+
+def _end_process(process: subprocess.Popen, errors, out: str) -> None:
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+    errors.close()
+    if os.path.exists(out):
+        os.unlink(out)
+
+
+def _main(out_path: str) -> None:
+    """The process :class:`AlignedBeside` starts: its arguments pickled on stdin, its plan pickled
+    to ``out_path``."""
+    problem, max_column_shards, segments, deadline = pickle.load(sys.stdin.buffer)
+    found = aligned_plan(problem, max_column_shards, segments, deadline)
+    with open(out_path, "wb") as f:
+        pickle.dump(None if found is None else (cuts_of(found[0]), found[1]), f)
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1])

@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING
 from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.manifest import Manifest, MilpStatus, PlanSource
 from recshard_stats.options import SolveOptions
-from recshard_stats.solver.aligned_blocks import aligned_plan
+from recshard_stats.solver.aligned_blocks import (
+    BESIDE_MOST_BLOCKS,
+    AlignedBeside,
+    aligned_plan,
+    block_choices,
+    spare_cpus,
+)
 from recshard_stats.solver.baselines import all_baselines
 from recshard_stats.solver.churn import moved_bytes, previous_ranks
 from recshard_stats.solver.column_split import (
@@ -52,8 +58,9 @@ FINISH_SHARE = 0.05
 # its time (the synthetic model at 10^6 samples, 30 s from the all-cut plan: 0.1594 ms with 6,
 # 0.1606-0.1616 ms with 16; BENCHMARKS.md)
 ALIGNED_SEGMENTS = 6
-# the share of the MILP's time left after recut that goes to the MILP of aligned blocks: the
-# MILP with every count keeps the rest (it proves plans on the instances where it finds them)
+# on one CPU, the share of the MILP's time left after recut that goes to the MILP of aligned blocks
+# (run last): the MILP with every count keeps the rest (it proves plans on the instances where it
+# finds them)
 ALIGNED_SHARE = 0.75
 # the share of the time limit kept for the polish with the kernel calls counted, where the model
 # has them: with the H200 calibration a call's longest bag sets much of a GPU's time, which only
@@ -221,6 +228,13 @@ def solve_problem(
     small = len(problem.tables) <= SMALL_TABLES and problem.num_gpus <= SMALL_GPUS
     mip_gap = 0.0 if small else options.mip_gap
     search_s = min(options.local_search_s, options.time_limit_s / 3) / 2
+    # the MILP of aligned blocks (not where the model has kernel calls: it leaves them out, which
+    # set much of such a cost), started now in a process of its own where a second CPU is there,
+    # and dropped if the ladder's best plan is within the MIP gap
+    aligned = not small and options.max_column_shards > 1 and not has_call_costs(problem)
+    beside = None
+    if aligned and spare_cpus() and block_choices(problem, options.max_column_shards) <= BESIDE_MOST_BLOCKS:
+        beside = AlignedBeside(problem, options.max_column_shards, ALIGNED_SEGMENTS, clock.end)
     models: dict[tuple[int, ...], GpuCostModel] = {}
     ladder = cut_ladder(problem, options.max_column_shards)
     ladder_end = time.time() + search_s  # the ladder shares the first half of the search
@@ -243,7 +257,7 @@ def solve_problem(
             _describe(problem, start.placed),
         )
 
-    aligned_s = 0.0  # kept for the MILP of aligned blocks, which runs last
+    aligned_s = 0.0  # kept for the MILP of aligned blocks where it runs last, in this process
     if (
         start is not None
         and not small
@@ -251,14 +265,17 @@ def solve_problem(
         and start.cost.max_cost > bound * (1 + mip_gap)
     ):
         # not yet within the MIP gap: half the MILP's time goes to other shard counts, a table at a
-        # time, and most of the rest to the MILP of aligned blocks, run last, when the polish may
-        # have left time too (the MILP with every count of every table has found no plan of its
-        # own on the shipped models in 38-44 s; BENCHMARKS.md)
+        # time, and the MILP of aligned blocks runs beside, or with most of the rest, last, when the
+        # polish may have left time too (the MILP with every count of every table has found no plan
+        # of its own on the shipped models in 38-44 s; BENCHMARKS.md)
         end = time.time() + max(0.0, clock.left() - search_s) / 2
         placed, plan = recut(problem, start.placed, start.cost.plan, end, options.max_column_shards)
         start = _cheapest(start, _valid(placed, plan, PlanSource.LOCAL_SEARCH)) or start
-        if not has_call_costs(problem):  # its MILP leaves the calls out, which set much of such a cost
+        if aligned and beside is None:
             aligned_s = max(0.0, clock.left() - search_s) * ALIGNED_SHARE
+    elif beside is not None:
+        beside.cancel()
+        beside = None
 
     # the MILP chooses among every shard count of every table when it can be built in a quarter
     # of the time (its bound then holds for every plan), else among the ladder's
@@ -294,10 +311,13 @@ def solve_problem(
             PlanSource.LOCAL_SEARCH,
         )
         best = _cheapest(best, searched) or best
+    found = None
     if aligned_s > 0 and clock.left() > 0:  # all the time left: the search may have ended early
-        aligned = aligned_plan(problem, options.max_column_shards, ALIGNED_SEGMENTS, clock.end)
-        if aligned is not None:
-            best = _cheapest(best, _valid(*aligned, PlanSource.ALIGNED_BLOCKS)) or best
+        found = aligned_plan(problem, options.max_column_shards, ALIGNED_SEGMENTS, clock.end)
+    elif beside is not None:
+        found = beside.result(clock.end)
+    if found is not None:
+        best = _cheapest(best, _valid(*found, PlanSource.ALIGNED_BLOCKS)) or best
     if has_call_costs(problem):
         best = _with_call_costs(problem, best, [c for c in tried if c is not None], baselines, finish)
     if previous is not None and options.max_moved_gib is not None:

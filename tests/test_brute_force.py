@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 import time
 from typing import Any
 
@@ -25,7 +26,7 @@ import pytest
 from recshard_stats.costmodel import CostModel, PassTerms, TierTerms
 from recshard_stats.errors import RecShardError
 from recshard_stats.options import SolveOptions
-from recshard_stats.solver.aligned_blocks import aligned_plan
+from recshard_stats.solver.aligned_blocks import AlignedBeside, aligned_plan
 from recshard_stats.solver.column_split import split_problem, table_shards
 from recshard_stats.solver.local_search import lpt_plan
 from recshard_stats.solver.plan import Plan, cost_plan, violations
@@ -435,3 +436,22 @@ def test_aligned_blocks_on_four_gpus_are_the_best_of_their_kind():
             if not violations(cut, trial):
                 best = min(best, cost_plan(cut, trial).max_cost)
         assert cost_plan(placed, plan).max_cost == pytest.approx(best, rel=1e-3)
+
+
+def test_aligned_blocks_beside_the_solve_bring_back_the_same_plan():
+    """Run in a process of its own, the MILP of aligned blocks brings back a plan as cheap as the
+    one it finds in this process (each optimal on these instances); asked for it before it could
+    be done, it gives nothing and is ended, leaving no file behind."""
+    for seed in range(3):
+        tiny = tiny_problem("base", seed)
+        problem = Problem(tiny.tables, dataclasses.replace(tiny.hardware, num_gpus=4))
+        here = aligned_plan(problem, 2, 16, time.time() + 10) or pytest.fail("no plan")
+        beside = AlignedBeside(problem, 2, 16, time.time() + 20).result(time.time() + 30)
+        assert beside is not None
+        placed, plan = beside
+        assert violations(placed, plan) == []
+        assert cost_plan(placed, plan).max_cost == pytest.approx(cost_plan(*here).max_cost, rel=1e-3)
+    late = AlignedBeside(problem, 2, 16, time.time() + 60)
+    assert late.result(time.time()) is None
+    assert late._process.returncode is not None  # ended, not left running
+    assert not os.path.exists(late._out)

@@ -1,7 +1,9 @@
 """The MILP, the exact split, the lower bound and the baselines, on instances built in numpy."""
 
 import dataclasses
+import logging
 import math
+import time
 from typing import ClassVar
 
 import numpy as np
@@ -13,6 +15,7 @@ from recshard_stats.errors import Reason, RecShardError
 from recshard_stats.manifest import MilpStatus, PlanSource
 from recshard_stats.options import SolveOptions
 from recshard_stats.solver import milp
+from recshard_stats.solver.aligned_blocks import spare_cpus
 from recshard_stats.solver.baselines import all_baselines, greedy
 from recshard_stats.solver.column_split import choose_shards, cut_ladder
 from recshard_stats.solver.heuristic import balanced_plan
@@ -518,3 +521,45 @@ def test_the_search_fills_small_tables_before_a_shards_held_rows():
     found = search_cut(problem, (2, 2) + (1,) * 10, (), 2.0, {}, first=False)
     assert found is not None
     assert 17.772 * (1 - 1e-9) <= found.cost.max_cost <= 17.772 * 1.2
+
+
+def fourteen_tables(seed: int) -> Problem:
+    """14 tables (not small) of 4-39 rows on 4 GPUs, HBM for 40% of their bytes, some tables hot."""
+    rng = np.random.default_rng(seed)
+    tables = []
+    for j in range(14):
+        hash_size = int(rng.integers(4, 40))
+        per_row = np.sort(rng.integers(1, 50, size=int(rng.integers(2, hash_size + 1))))
+        counts, rows = np.unique(per_row, return_counts=True)
+        dim = int(rng.choice([2, 4]))
+        hot = float(rng.choice([1, 1, 5]))
+        tables.append(table(f"t{j}", counts, rows, hash_size, dim=dim, accesses=float(per_row.sum()) * hot))
+    size = sum(t.size_bytes for t in tables)
+    hw = hardware(
+        num_gpus=4,
+        hbm_bytes_per_gpu=int(size * 0.1),
+        host_bytes=10**6,
+        hbm_bandwidth=50.0,
+        output_bytes_per_element=1,
+    )
+    return Problem(tuple(tables), hw)
+
+
+@pytest.mark.skipif(
+    not spare_cpus(), reason="the MILP of aligned blocks runs beside the stages only with two CPUs"
+)
+def test_the_milp_of_aligned_blocks_runs_beside_the_other_stages(caplog):
+    """Where the ladder's best plan is not within the MIP gap (as on this instance), the
+    MILP of aligned blocks, run in a process of its own, brings its plan back within the time limit,
+    and the plan shipped is no dearer than it."""
+    problem = fourteen_tables(5)
+    began = time.time()
+    with caplog.at_level(logging.INFO, logger="recshard_stats.solver.aligned_blocks"):
+        outcome = solve_problem(
+            problem, SolveOptions(time_limit_s=8, max_column_shards=4, torchrec_baselines=False)
+        )
+    assert time.time() - began <= 8.5
+    brought = [r for r in caplog.records if "in a process of its own" in r.getMessage()]
+    assert len(brought) == 1
+    assert outcome.best.max_cost * 1000 <= brought[0].args[0] + 1e-12
+    assert violations(outcome.placed or problem, outcome.best.plan) == []
