@@ -88,13 +88,10 @@ def cut_ladder(problem: Problem, max_column_shards: int) -> list[tuple[int, ...]
 def shard_counts(problem: Problem, max_column_shards: int, most: tuple[int, ...] | None = None):
     """Per table, the shard counts a plan may choose from: 1, 2, 4, ... up to the most it may be
     cut into (or ``most[j]``, when given, if that is fewer)."""
-    out = []
-    for j, t in enumerate(problem.tables):
-        top = t.most_column_shards(problem.num_gpus, max_column_shards)
-        if most is not None:
-            top = min(top, most[j])
-        out.append(tuple(2**i for i in range(top.bit_length())))
-    return tuple(out)
+    return tuple(
+        tuple(k for k in t.shard_counts(problem.num_gpus, max_column_shards) if most is None or k <= most[j])
+        for j, t in enumerate(problem.tables)
+    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -49,6 +49,10 @@ class TableDemand:
             k *= 2
         return k
 
+    def shard_counts(self, num_gpus: int, limit: int) -> tuple[int, ...]:
+        """The shard counts it may be cut into: 1, 2, 4, ... up to :meth:`most_column_shards`."""
+        return tuple(2**i for i in range(self.most_column_shards(num_gpus, limit).bit_length()))
+
     @property
     def size_bytes(self) -> float:
         return self.hash_size * self.row_bytes

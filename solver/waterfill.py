@@ -454,11 +454,7 @@ def call_bound(problem: Problem, max_column_shards: int = 1) -> float:
     g = problem.num_gpus
     options = []  # per table: the row sizes its shards may have
     for t in problem.tables:
-        most, k, shard_sizes = t.most_column_shards(g, max_column_shards), 1, set()
-        while k <= most:
-            shard_sizes.add(t.row_bytes / k)
-            k *= 2
-        options.append(shard_sizes)
+        options.append({t.row_bytes / k for k in t.shard_counts(g, max_column_shards)})
     sizes = sorted(set().union(*options))
     if len(sizes) > CALL_BOUND_MAX_SIZES:
         return 0.0
@@ -474,13 +470,91 @@ def call_bound(problem: Problem, max_column_shards: int = 1) -> float:
     return float(best)
 
 
+# rows in HBM at which :func:`heavy_table_bound` prices each table and shard count (a finer grid
+# tightens the bound, never makes it invalid), and the tables it tries (the costliest alone)
+HEAVY_BOUND_POINTS = 128
+HEAVY_BOUND_TABLES = 8
+
+
+def heavy_table_bound(problem: Problem, max_column_shards: int = 1) -> float:
+    """For models with kernel calls: table j cut into k shards, each with r rows in HBM. A GPU
+    holding a shard costs at least the shard alone there: its work, its calls' fixed costs and
+    the excess its longest bag's chain sets over its forward work (other tables' work on the GPU
+    is at least the share of that excess they hide). All GPUs together cost at least k shards'
+    work and calls, the other tables water-filled over the HBM left (:func:`pooled_bound`'s
+    relaxation), and the least call of each other GPU. Every plan has some k and r, so the least
+    over them of the larger of the two (the latter over G) is a bound, for each of the
+    :data:`HEAVY_BOUND_TABLES` tables costliest alone; r runs over a grid (every r of a table
+    with fewer rows), and between two points each term is taken at the end where it is least
+    (each is monotone in r)."""
+    costs, g = problem.hardware.costs, problem.num_gpus
+    everything = range(len(problem.tables))
+    heavy = sorted(everything, key=lambda j: -alone_cost(problem, problem.tables[j]))[:HEAVY_BOUND_TABLES]
+    best = 0.0
+    for j in heavy:
+        others = [i for i in everything if i != j]
+        uvm_others = sum(problem.uvm_time(i) for i in others)
+        per_row, rows, owner = segments(problem, others)
+        row_bytes = problem.entry_row_bytes[owner]
+        saved, size, density = per_row * rows, rows * row_bytes, per_row / row_bytes
+        capacity_others = problem.hbm_capacity * g - problem.buffer_bytes(others)
+        table = problem.tables[j]
+        least_j = np.inf
+        for k in table.shard_counts(g, max_column_shards):
+            shard = table.column_shard(k)
+            single = Problem((shard,), problem.hardware)
+            free = single.rows_capacity([0])
+            if free < 0:
+                continue  # its buffers do not fit on a GPU
+            most = min(shard.hash_size, int(free // shard.row_bytes))
+            # both ends of the range, and the points where a tier's call appears or goes
+            extra = [0, 1, most, most - 1] if most > 0 else [0]
+            grid = np.unique(np.append(np.linspace(0, most, HEAVY_BOUND_POINTS).round(), extra)).astype(
+                np.int64
+            )
+            load = single.load(shard, grid, single.comm_bytes[0])
+            work, share, forward_hbm, forward_host = (
+                np.broadcast_to(np.asarray(v, dtype=np.float64), grid.shape)
+                for v in (
+                    costs.table_seconds(load),
+                    load.hbm_fraction,
+                    costs.forward_seconds(load, "hbm"),
+                    costs.forward_seconds(load, "host"),
+                )
+            )
+            # each point's rows alone, and each interval of rows [grid[a], grid[b]] with rows between
+            wide = np.flatnonzero(np.diff(grid) > 1)
+            a = np.concatenate([np.arange(len(grid)), wide])
+            b = np.concatenate([np.arange(len(grid)), wide + 1])
+            # a tier's call runs where it serves some lookups, as the cost model counts them
+            hbm_call, host_call = share[a] > 0, share[b] < 1
+            calls = np.where(hbm_call, costs.hbm.fixed_s, 0.0) + np.where(host_call, costs.host.fixed_s, 0.0)
+            chain = costs.forward.hbm.chain_s * shard.longest_bag * share[a] - forward_hbm[b]
+            chain_hbm = np.where(hbm_call, np.maximum(0.0, chain - costs.forward.hbm.fixed_s), 0.0)
+            chain = costs.forward.host.chain_s * shard.longest_bag * (1 - share[b]) - forward_host[a]
+            chain_host = np.where(host_call, np.maximum(0.0, chain - costs.forward.host.fixed_s), 0.0)
+            alone = work[b] + calls + chain_hbm + chain_host
+            used = single.buffer_bytes([0]) + grid[a] * shard.row_bytes
+            rest = uvm_others - np.array(
+                [fractional_saving(saved, size, density, capacity_others - k * u) for u in used]
+            )
+            together = (k * (work[b] + calls) + rest + (g - k) * costs.least_group_seconds) / g
+            least_j = min(least_j, float(np.maximum(alone, together).min()))
+        if np.isfinite(least_j):
+            best = max(best, least_j)
+    return best
+
+
 def lower_bound(problem: Problem, max_column_shards: int = 1) -> float:
     """No plan of whole tables, or of tables cut into at most ``max_column_shards`` column shards,
     can beat: (a) the pooled bound (:func:`pooled_bound`; cutting a table only adds trainer
     buffers); (b) the costliest table's smallest shard alone on a GPU with all of its HBM; (c) with
     more tables than GPUs, two tables have a shard on one GPU, which costs at least the two cheapest
     of the G + 1 costliest such shards (each alone); each of them plus the least any GPU's calls
-    cost; (d) the pooled bound with the calls each row size needs (:func:`call_bound`)."""
+    cost; (d) the pooled bound with the calls each row size needs (:func:`call_bound`); (e) with
+    kernel calls, a costly table's GPU against the rest (:func:`heavy_table_bound`)."""
+    from recshard_stats.solver.kernel_groups import has_call_costs  # it builds on this module
+
     g = problem.num_gpus
     shards = [t.column_shard(t.most_column_shards(g, max_column_shards)) for t in problem.tables]
     uvm = [alone_uvm_time(problem, t) for t in shards]
@@ -497,4 +571,5 @@ def lower_bound(problem: Problem, max_column_shards: int = 1) -> float:
     return max(
         max(pooled_bound(problem), alone[0] if alone else 0.0, pair) + fixed,
         call_bound(problem, max_column_shards),
+        heavy_table_bound(problem, max_column_shards) if has_call_costs(problem) else 0.0,
     )

@@ -33,7 +33,13 @@ from recshard_stats.solver.plan import Plan, cost_plan, violations
 from recshard_stats.solver.problem import Problem, TableDemand
 from recshard_stats.solver.recut import recut
 from recshard_stats.solver.solve import solve_problem
-from recshard_stats.solver.waterfill import call_bound, lower_bound, pooled_bound, split_assignment
+from recshard_stats.solver.waterfill import (
+    call_bound,
+    heavy_table_bound,
+    lower_bound,
+    pooled_bound,
+    split_assignment,
+)
 from tests.test_solver import hardware, table
 
 SCENARIOS = ("base", "hot", "full", "bare")
@@ -43,10 +49,15 @@ FAST = [(s, seed) for s in SCENARIOS for seed in range(3)]  # the default loop's
 SPLIT_FAST = [("base", 38), ("bare", 26)]
 
 
-def tiny_problem(scenario: str, seed: int, calls: bool = False) -> Problem:
+def tiny_problem(scenario: str, seed: int, calls: bool = False, chains: bool = False) -> Problem:
     """3-4 tables of 2-4 rows, dim 1 or 2, on 2 or 3 GPUs; HBM about half the tables' bytes.
-    ``calls``: the bandwidths' model with a fixed cost per kernel call (each tier's its own)."""
-    rng = np.random.default_rng([SCENARIOS.index(scenario), seed, *([1] if calls else [])])
+    ``calls``: the bandwidths' model with a fixed cost per kernel call (each tier's its own);
+    ``chains``: and a call's forward takes at least its longest bag's ids in series (each tier's
+    cost per id), each table's longest bag drawn."""
+    calls = calls or chains
+    rng = np.random.default_rng(
+        [SCENARIOS.index(scenario), seed, *([1] if calls else []), *([2] if chains else [])]
+    )
     num_gpus = int(rng.integers(2, 4))
     num_tables = int(rng.integers(3, 5)) if num_gpus == 2 else 3
     tables = []
@@ -76,6 +87,16 @@ def tiny_problem(scenario: str, seed: int, calls: bool = False) -> Problem:
                 TierTerms(byte_s=1 / hw["uvm_bandwidth"], fixed_s=float(rng.uniform(0, 5))),
             )
         )
+    if chains:  # per id of the longest bag: HBM's less than host memory's, as measured
+        per_id = sorted(rng.uniform(0, 4, size=2))
+        forward = hw["cost_model"].forward
+        hw["cost_model"] = CostModel(
+            PassTerms(
+                dataclasses.replace(forward.hbm, chain_s=float(per_id[0])),
+                dataclasses.replace(forward.host, chain_s=float(per_id[1])),
+            )
+        )
+        tables = [dataclasses.replace(t, longest_bag=float(rng.integers(1, 12))) for t in tables]
     buffers = Problem(tuple(tables), hardware(**hw, hbm_bytes_per_gpu=1)).trainer_bytes
     if scenario == "full":  # the largest buffer takes most of a GPU; all of them most of all HBM
         hbm = max(max(buffers), int(np.ceil((sum(buffers) + 0.3 * row_bytes) / num_gpus)))
@@ -91,6 +112,14 @@ def _entry_costs(problem: Problem, entry: TableDemand, comm: float) -> np.ndarra
     costs = problem.hardware.costs
     return np.array(
         [float(costs.table_seconds(problem.load(entry, r, comm))) for r in range(entry.hash_size + 1)]
+    )
+
+
+def _entry_forward(problem: Problem, entry: TableDemand, comm: float, tier: str) -> np.ndarray:
+    """Forward seconds of one tier's part of a table (or shard) with 0..hash_size rows in HBM."""
+    costs = problem.hardware.costs
+    return np.array(
+        [float(costs.forward_seconds(problem.load(entry, r, comm), tier)) for r in range(entry.hash_size + 1)]
     )
 
 
@@ -133,16 +162,30 @@ def enumerate_optimum(problem: Problem) -> Optimum:
         )  # (A, E)
         onehot = (assign[:, :, None] == np.arange(hw.num_gpus)).astype(float)  # (A, E, G)
         gpu_cost = np.einsum("re,aeg->arg", cost, onehot)
-        # each GPU's kernel calls: one per tier and row size it has rows of there
+        # each GPU's kernel calls: one per tier and row size it serves lookups of there, with its
+        # fixed cost, and its forward at least its longest bag's share of ids in that tier in series
         entry_rows = rows[:, parent]  # (R, E)
         sizes = np.array([t.row_bytes for t in entries])
-        for present, fixed in (
-            (entry_rows > 0, hw.costs.hbm.fixed_s),
-            (entry_rows < np.array([t.hash_size for t in entries]), hw.costs.host.fixed_s),
-        ):
-            for size in set(sizes) if fixed > 0 else ():
+        hit = np.stack([t.hbm_fraction(entry_rows[:, e]) for e, t in enumerate(entries)], 1)  # (R, E)
+        for tier, present, share in (("hbm", hit > 0, hit), ("host", hit < 1, 1 - hit)):
+            fixed, terms = getattr(hw.costs, tier).fixed_s, getattr(hw.costs.forward, tier)
+            longest = share * np.array([t.longest_bag for t in entries])
+            forward = np.stack(
+                [
+                    _entry_forward(problem, t, c, tier)[entry_rows[:, e]]
+                    if terms.chain_s > 0
+                    else 0 * longest[:, e]
+                    for e, (t, c) in enumerate(zip(entries, comm, strict=True))
+                ],
+                1,
+            )  # (R, E)
+            for size in set(sizes):
                 mask = (present & (sizes == size)).astype(float)
-                gpu_cost = gpu_cost + fixed * (np.einsum("re,aeg->arg", mask, onehot) > 0)
+                runs = np.einsum("re,aeg->arg", mask, onehot) > 0
+                chain = ((longest * mask)[None, :, :, None] * onehot[:, None]).max(2)  # (A, R, G)
+                excess = terms.chain_s * chain - np.einsum("re,aeg->arg", forward * mask, onehot)
+                excess = np.maximum(0.0, excess - terms.fixed_s) if terms.chain_s > 0 else 0.0
+                gpu_cost = gpu_cost + runs * (fixed + excess)
         hbm = np.einsum("re,aeg->arg", used, onehot) + (trainer @ onehot)[:, None, :]
         fits = (hbm <= problem.hbm_capacity + 1e-9).all(-1) & host_ok
         value = np.where(fits, gpu_cost.max(-1), np.inf).min()
@@ -215,6 +258,41 @@ def test_call_bound_below_the_enumerated_optimum(scenario):
         least = problem.hardware.costs.least_group_seconds
         raised += call_bound(problem, 2) > pooled_bound(problem) + least + 1e-12
     assert raised >= 2, f"the call bound decided on {raised} of 8 instances"
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_heavy_table_bound_below_the_enumerated_optimum(scenario):
+    """With a fixed cost per kernel call and each call's forward at least its longest bag's ids in
+    series, the bound stays below every plan's cost (calls and chains counted per GPU in the
+    enumeration, which no plan the solve finds undercuts), and the costliest table's GPU against
+    the rest (:func:`heavy_table_bound`) decides it on some instances."""
+    decided = 0
+    for seed in range(8):
+        problem = tiny_problem(scenario, seed, chains=True)
+        optimum = enumerate_optimum(problem)
+        if not np.isfinite(optimum.best):
+            continue
+        bound = lower_bound(problem, 2)
+        assert bound <= optimum.best * (1 + 1e-9)
+        assert _solve(problem, 2).best.max_cost >= optimum.best * (1 - 1e-9)
+        heavy = heavy_table_bound(problem, 2)
+        # no less than the costliest table alone (at its best shard count and rows, each priced
+        # by the cost model): every row count of these tables is one of its points
+        assert heavy >= max(_best_alone(problem, t) for t in problem.tables) * (1 - 1e-12)
+        decided += heavy == bound and heavy > call_bound(problem, 2) + 1e-12
+    assert decided >= 2, f"the heavy-table bound decided on {decided} of 8 instances"
+
+
+def _best_alone(problem: Problem, table: TableDemand) -> float:
+    """The least cost of a table alone on a GPU, cut in one or two, over every row count that fits."""
+    best = np.inf
+    for k in (1, 2) if table.dim % 2 == 0 else (1,):
+        single = Problem((table.column_shard(k),), problem.hardware)
+        for r in range(table.hash_size + 1):
+            plan = Plan("alone", (0,), (r,))
+            if not violations(single, plan):
+                best = min(best, cost_plan(single, plan).max_cost)
+    return best
 
 
 def best_rows(problem: Problem, gpu: tuple[int, ...], points: int | None = None) -> float:
