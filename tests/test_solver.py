@@ -3,6 +3,7 @@
 import dataclasses
 import logging
 import math
+import os
 import time
 from typing import ClassVar
 
@@ -563,3 +564,26 @@ def test_the_milp_of_aligned_blocks_runs_beside_the_other_stages(caplog):
     assert len(brought) == 1
     assert outcome.best.max_cost * 1000 <= brought[0].args[0] + 1e-12
     assert violations(outcome.placed or problem, outcome.best.plan) == []
+
+
+def test_the_milp_of_aligned_blocks_runs_last_on_one_cpu(caplog):
+    """With one CPU to use, the MILP of aligned blocks runs in this process, after the polish,
+    and the solve still ends within its time limit."""
+    kept = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(kept)})
+    try:
+        began = time.time()
+        with caplog.at_level(logging.INFO, logger="recshard_stats.solver.aligned_blocks"):
+            outcome = solve_problem(
+                fourteen_tables(5),
+                SolveOptions(time_limit_s=8, max_column_shards=4, torchrec_baselines=False),
+            )
+        took = time.time() - began
+    finally:
+        os.sched_setaffinity(0, kept)
+    assert took <= 8.5
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("in the MILP (HiGHS" in m for m in messages) and not any(
+        "process of its own" in m for m in messages
+    )
+    assert violations(outcome.placed or fourteen_tables(5), outcome.best.plan) == []
