@@ -241,18 +241,24 @@ def test_tiny_family_against_enumeration():
     assert within >= 0.95, f"within 0.1% of the optimum on {within:.1%} of {len(feasible)} instances"
 
 
+def bounded_instances(scenario: str, **kind: bool):
+    """The feasible ones of 8 tiny instances of ``kind`` (:func:`tiny_problem`'s flags), each with
+    its enumerated optimum, the bound (cuts in two allowed) checked below it."""
+    for seed in range(8):
+        problem = tiny_problem(scenario, seed, **kind)
+        optimum = enumerate_optimum(problem)
+        if np.isfinite(optimum.best):
+            assert lower_bound(problem, 2) <= optimum.best * (1 + 1e-9)
+            yield problem, optimum
+
+
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_call_bound_below_the_enumerated_optimum(scenario):
     """With a fixed cost per kernel call, the bound (the calls each row size needs counted) stays
     below every plan's cost, each GPU's calls counted in the enumeration; and it is the bound
     that decides on some instances (not 0, not always below the pooled one)."""
     raised = 0
-    for seed in range(8):
-        problem = tiny_problem(scenario, seed, calls=True)
-        optimum = enumerate_optimum(problem)
-        if not np.isfinite(optimum.best):
-            continue
-        assert lower_bound(problem, 2) <= optimum.best * (1 + 1e-9)
+    for problem, optimum in bounded_instances(scenario, calls=True):
         if np.isfinite(optimum.whole):
             assert call_bound(problem, 1) <= optimum.whole * (1 + 1e-9)
         least = problem.hardware.costs.least_group_seconds
@@ -267,13 +273,8 @@ def test_heavy_table_bound_below_the_enumerated_optimum(scenario):
     enumeration, which no plan the solve finds undercuts), and the costliest table's GPU against
     the rest (:func:`heavy_table_bound`) decides it on some instances."""
     decided = 0
-    for seed in range(8):
-        problem = tiny_problem(scenario, seed, chains=True)
-        optimum = enumerate_optimum(problem)
-        if not np.isfinite(optimum.best):
-            continue
+    for problem, optimum in bounded_instances(scenario, chains=True):
         bound = lower_bound(problem, 2)
-        assert bound <= optimum.best * (1 + 1e-9)
         assert _solve(problem, 2).best.max_cost >= optimum.best * (1 - 1e-9)
         heavy = heavy_table_bound(problem, 2)
         # no less than the costliest table alone (at its best shard count and rows, each priced
