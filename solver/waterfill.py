@@ -400,28 +400,33 @@ def _better(score: tuple[float, float], than: tuple[float, float]) -> bool:
 
 
 def _pooled_total(problem: Problem):
-    """The tables' total cost with all HBM left by the trainer's buffers pooled and water-filled
-    (rows taken fractionally), as a function of which tables may have rows in HBM (all when not
-    given); the segments are found once for every call."""
+    """The tables' total cost with HBM pooled and water-filled (rows taken fractionally): given
+    which tables may have rows in HBM (all when not given), a function of the HBM bytes for their
+    rows (all that the trainer's buffers leave when not given). The segments are found once for
+    every call, and kept once per choice of tables for every capacity."""
     everything = list(range(len(problem.tables)))
     uvm_total = sum(problem.uvm_time(j) for j in everything)
     per_row, rows, owner = segments(problem, everything)
     row_bytes = problem.entry_row_bytes[owner]
     saved, size, density = per_row * rows, rows * row_bytes, per_row / row_bytes
 
-    def total(in_hbm: list[int] | None = None) -> float:
+    def over(in_hbm: list[int] | None = None):
         keep = slice(None) if in_hbm is None else np.isin(owner, in_hbm)
-        return uvm_total - fractional_saving(
-            saved[keep], size[keep], density[keep], problem.pooled_rows_capacity
-        )
+        kept = saved[keep], size[keep], density[keep]
 
-    return total
+        def total(capacity: float | None = None) -> float:
+            room = problem.pooled_rows_capacity if capacity is None else capacity
+            return uvm_total - fractional_saving(*kept, room)
+
+        return total
+
+    return over
 
 
 def pooled_bound(problem: Problem) -> float:
     """All HBM left by the trainer's buffers pooled and water-filled (rows taken fractionally),
     divided by G: what the GPUs' mean cost can at best be."""
-    return _pooled_total(problem)() / problem.num_gpus
+    return _pooled_total(problem)()() / problem.num_gpus
 
 
 def alone_uvm_time(problem: Problem, table: TableDemand) -> float:
@@ -466,7 +471,7 @@ def call_bound(problem: Problem, max_column_shards: int = 1) -> float:
             continue  # a table with no size present
         in_hbm = [j for j, o in enumerate(options) if any(state[s] == "hbm" for s in o)]
         calls = sum(fixed[s] for s in states if s is not None)
-        best = min(best, (pooled_total(in_hbm) + calls) / g)
+        best = min(best, (pooled_total(in_hbm)() + calls) / g)
     return float(best)
 
 
@@ -490,13 +495,12 @@ def heavy_table_bound(problem: Problem, max_column_shards: int = 1) -> float:
     costs, g = problem.hardware.costs, problem.num_gpus
     everything = range(len(problem.tables))
     heavy = sorted(everything, key=lambda j: -alone_cost(problem, problem.tables[j]))[:HEAVY_BOUND_TABLES]
+    pooled_over = _pooled_total(problem)
     best = 0.0
     for j in heavy:
         others = [i for i in everything if i != j]
-        uvm_others = sum(problem.uvm_time(i) for i in others)
-        per_row, rows, owner = segments(problem, others)
-        row_bytes = problem.entry_row_bytes[owner]
-        saved, size, density = per_row * rows, rows * row_bytes, per_row / row_bytes
+        # the others' total: the pooled one with only them in HBM, less j's cost all in UVM
+        pooled_others, uvm_j = pooled_over(others), problem.uvm_time(j)
         capacity_others = problem.hbm_capacity * g - problem.buffer_bytes(others)
         table = problem.tables[j]
         least_j = np.inf
@@ -535,9 +539,7 @@ def heavy_table_bound(problem: Problem, max_column_shards: int = 1) -> float:
             chain_host = np.where(host_call, np.maximum(0.0, chain - costs.forward.host.fixed_s), 0.0)
             alone = work[b] + calls + chain_hbm + chain_host
             used = single.buffer_bytes([0]) + grid[a] * shard.row_bytes
-            rest = uvm_others - np.array(
-                [fractional_saving(saved, size, density, capacity_others - k * u) for u in used]
-            )
+            rest = np.array([pooled_others(capacity_others - k * u) - uvm_j for u in used])
             together = (k * (work[b] + calls) + rest + (g - k) * costs.least_group_seconds) / g
             least_j = min(least_j, float(np.maximum(alone, together).min()))
         if np.isfinite(least_j):
